@@ -1,0 +1,51 @@
+"""The model's hyper-parameters as one frozen dataclass, built from the `model` block of a config file."""
+
+import dataclasses
+import json
+
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  vocab_size: int
+  emb_dim: int = 256
+  num_heads: int = 4
+  mlp_dim: int = 1024
+  num_encoder_layers: int = 4
+  num_decoder_layers: int = 2
+  dropout_rate: float = 0.0
+  max_length: int = 128  # longest source or target in tokens, EOS included
+  dtype: str = 'float32'  # activation dtype; parameters stay float32
+
+  def __post_init__(self):
+    if self.emb_dim % self.num_heads or self.emb_dim % 2:
+      raise ValueError(f'emb_dim {self.emb_dim} must be even and divisible by num_heads {self.num_heads}')
+
+  @property
+  def head_dim(self) -> int:
+    return self.emb_dim // self.num_heads
+
+  @property
+  def jnp_dtype(self):
+    return jnp.dtype(self.dtype)
+
+  @classmethod
+  def from_config(cls, model_config, vocab_size: int) -> 'ModelConfig':
+    """From an ml_collections `config.model` block; an unknown key is an error, not a silent default."""
+    values = dict(model_config)
+    known = {f.name for f in dataclasses.fields(cls)} - {'vocab_size'}
+    unknown = sorted(set(values) - known)
+    if unknown:
+      raise ValueError(f'Unknown model config keys {unknown}; known keys: {sorted(known)}')
+    return cls(vocab_size=vocab_size, **values)
+
+  def to_json(self) -> str:
+    return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+  @classmethod
+  def from_json(cls, text: str) -> 'ModelConfig':
+    return cls(**json.loads(text))
+
+  def replace(self, **changes) -> 'ModelConfig':
+    return dataclasses.replace(self, **changes)

@@ -1,0 +1,54 @@
+"""From a config to what training needs: the tokenizer (trained once into the work directory) and batches."""
+
+import dataclasses
+import logging
+import os
+
+from fastmt.data import batching, corpus
+from fastmt.data.tokenizer import Tokenizer, train_tokenizer
+
+TOKENIZER_FILE = 'spm.model'
+
+
+@dataclasses.dataclass
+class TrainingData:
+  tokenizer: Tokenizer
+  train_batches: batching.TrainBatches
+  validation: corpus.ParallelText
+  validation_batches: list[batching.Batch]  # fixed, for the validation loss
+  skipped: dict[str, int]  # training pairs skipped, by reason
+
+
+def load_tokenizer(workdir: str) -> Tokenizer:
+  path = os.path.join(workdir, TOKENIZER_FILE)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'No tokenizer at {path}: is {workdir!r} the work directory of a train.py run?')
+  return Tokenizer(path)
+
+
+def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer:
+  """Loads workdir/spm.model, or trains it on the training split's source and target text."""
+  path = os.path.join(workdir, TOKENIZER_FILE)
+  if os.path.exists(path):
+    return Tokenizer(path)
+  return train_tokenizer(train.sources + train.targets, path, config.vocab_size, seed=config.seed)
+
+
+def load_training_data(config, workdir: str, batch_multiple: int = 1) -> TrainingData:
+  train = corpus.load_split(config.dataset, 'train')
+  validation = corpus.load_split(config.dataset, 'validation')
+  tokenizer = get_tokenizer(config, workdir, train)
+  max_length = config.model.max_length
+  src, tgt, skipped = batching.prepare_pairs(tokenizer.encode(train.sources), tokenizer.encode(train.targets),
+                                             max_length)
+  buckets = [b for b in config.bucket_lengths if b < max_length] + [max_length]
+  train_batches = batching.TrainBatches(src, tgt, buckets, config.tokens_per_batch, config.seed,
+                                        batch_multiple)
+  val_src, val_tgt, _ = batching.prepare_pairs(tokenizer.encode(validation.sources),
+                                               tokenizer.encode(validation.targets), max_length)
+  val_batches = batching.TrainBatches(val_src, val_tgt, buckets, config.tokens_per_batch, seed=0,
+                                      batch_multiple=batch_multiple)
+  validation_batches = [val_batches.batch(i) for i in range(val_batches.batches_per_epoch)]
+  logging.info('Training pairs: %d in %d batches per epoch; validation pairs: %d', len(src),
+               train_batches.batches_per_epoch, len(validation))
+  return TrainingData(tokenizer, train_batches, validation, validation_batches, skipped)

@@ -1,0 +1,68 @@
+"""A joint SentencePiece model over source and target text, trained by the pipeline into the work directory.
+
+Special ids are fixed so that every other module can rely on them: PAD=0, EOS=1, BOS=2, UNK=3.
+"""
+
+import io
+import logging
+import os
+import random
+
+import numpy as np
+import sentencepiece as spm
+
+PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+class Tokenizer:
+  """Thin wrapper over a SentencePieceProcessor with fastmt's special ids."""
+
+  def __init__(self, model_path: str):
+    self.model_path = model_path
+    self._sp = spm.SentencePieceProcessor(model_file=model_path)
+    if (self._sp.pad_id(), self._sp.eos_id(), self._sp.bos_id(), self._sp.unk_id()) != (
+        PAD_ID, EOS_ID, BOS_ID, UNK_ID):
+      raise ValueError(f'{model_path} was not trained with fastmt special ids (pad 0, eos 1, bos 2, unk 3)')
+
+  @property
+  def vocab_size(self) -> int:
+    return self._sp.get_piece_size()
+
+  def encode(self, texts: list[str]) -> list[np.ndarray]:
+    """Token ids without BOS/EOS, one int32 array per text."""
+    return [np.asarray(ids, np.int32) for ids in self._sp.encode(list(texts))]
+
+  def decode(self, ids_batch) -> list[str]:
+    """Detokenises rows of ids; stops each row at its first EOS and ignores PAD/BOS."""
+    texts = []
+    for ids in ids_batch:
+      ids = [int(i) for i in ids]
+      if EOS_ID in ids:
+        ids = ids[:ids.index(EOS_ID)]
+      texts.append(self._sp.decode([i for i in ids if i not in (PAD_ID, BOS_ID)]))
+    return texts
+
+  def pieces(self, ids) -> list[str]:
+    return [self._sp.id_to_piece(int(i)) for i in ids]
+
+
+def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sentences: int = 300_000,
+                    seed: int = 0) -> Tokenizer:
+  """Trains a joint unigram SentencePiece model on `texts` (sampled deterministically) and saves it."""
+  texts = [t for t in texts if t.strip()]
+  if len(texts) > max_sentences:
+    texts = random.Random(seed).sample(texts, max_sentences)
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size, model_type='unigram',
+      character_coverage=1.0, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
+      input_sentence_size=max_sentences, shuffle_input_sentence=False, num_threads=os.cpu_count() or 1,
+      minloglevel=2)
+  os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
+  tmp_path = model_path + '.tmp'
+  with open(tmp_path, 'wb') as f:
+    f.write(model.getvalue())
+  os.replace(tmp_path, model_path)
+  logging.info('Trained a %d-piece SentencePiece model on %d sentences -> %s', vocab_size, len(texts),
+               model_path)
+  return Tokenizer(model_path)

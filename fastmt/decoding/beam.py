@@ -1,0 +1,117 @@
+"""Batched beam search with a GNMT length penalty, in one `lax.while_loop`.
+
+Finalisation follows fairseq: each step ranks the top 2K continuations of the K live beams; a continuation
+that ends in EOS is finished only if it ranks within the top K, and the K best non-EOS continuations stay
+live. A sentence is done once it has K finished hypotheses (or at max_length, where its live beams are taken
+as they are). With K = 1 this is exactly greedy decoding.
+"""
+
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from fastmt.decoding.greedy import DecodeOutput
+from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, causal_window_mask, output_lengths
+
+_LOW = -1e9  # score of an empty slot; finite so that sums and comparisons never make NaN
+
+
+def length_penalty(length, alpha: float):
+  """GNMT: ((5 + length) / 6) ** alpha; alpha = 0 ranks by plain log-probability."""
+  return ((5.0 + length.astype(jnp.float32)) / 6.0)**alpha
+
+
+@flax.struct.dataclass
+class BeamState:
+  step: jax.Array  # int32 []
+  live_seqs: jax.Array  # int32 [B, K, L + 1]: BOS then tokens
+  live_scores: jax.Array  # float32 [B, K]: log-probability of each live beam
+  finished_seqs: jax.Array  # int32 [B, K, L + 1]
+  finished_scores: jax.Array  # float32 [B, K]: length-normalised; _LOW for an empty slot
+  num_finished: jax.Array  # int32 [B]
+  cache: Any  # leaves [B * K, ...]
+
+
+def _gather_beams(x, beam_indices):
+  """x [B, K, ...], beam_indices [B, K'] -> [B, K', ...]."""
+  return jnp.take_along_axis(x, beam_indices.reshape(beam_indices.shape + (1,) * (x.ndim - 2)), axis=1)
+
+
+def _gather_cache(cache, beam_indices, batch_size, beam_size):
+  def gather(leaf):
+    leaf = leaf.reshape((batch_size, beam_size) + leaf.shape[1:])
+    return _gather_beams(leaf, beam_indices).reshape((batch_size * beam_size,) + leaf.shape[2:])
+  return jax.tree_util.tree_map(gather, cache)
+
+
+def expand_to_beams(tree, beam_size: int):
+  """Repeats every leaf's rows beam_size times: [B, ...] -> [B * K, ...] (row b's beams adjacent)."""
+  return jax.tree_util.tree_map(lambda x: jnp.repeat(x, beam_size, axis=0), tree)
+
+
+def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: int, max_length: int,
+                alpha: float = 0.6) -> DecodeOutput:
+  """Beam search; `cache` and `step_fn` must already work on batch_size * beam_size rows.
+
+  Returns the best hypothesis per sentence: tokens [B, L] up to and including EOS, PAD after.
+  """
+  k, n = beam_size, batch_size
+  cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
+  if cache_length < max_length:
+    raise ValueError(f'cache has {cache_length} slots, fewer than max_length={max_length}')
+  seqs = jnp.full((n, k, max_length + 1), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
+  # Only beam 0 is real at the start; the others would duplicate it.
+  live_scores = jnp.tile(jnp.array([0.0] + [_LOW] * (k - 1), jnp.float32), (n, 1))
+  state = BeamState(jnp.int32(0), seqs, live_scores, seqs, jnp.full((n, k), _LOW, jnp.float32),
+                    jnp.zeros((n,), jnp.int32), cache)
+
+  def not_finished(state):
+    return (state.step < max_length) & (state.num_finished < k).any()
+
+  def advance(state):
+    offsets = jnp.full((n * k,), state.step, jnp.int32)
+    current = jax.lax.dynamic_slice_in_dim(state.live_seqs, state.step, 1, axis=2).reshape(n * k, 1)
+    logits, cache = step_fn(current, offsets[:, None], causal_window_mask(offsets, 1, cache_length),
+                            state.cache, offsets)
+    log_probs = jax.nn.log_softmax(logits[:, 0].astype(jnp.float32)).reshape(n, k, -1)  # [B, K, V]
+    vocab = log_probs.shape[-1]
+    candidates = (state.live_scores[:, :, None] + log_probs).reshape(n, k * vocab)
+    top_scores, top_ids = jax.lax.top_k(candidates, 2 * k)  # [B, 2K]
+    top_beams, top_tokens = top_ids // vocab, (top_ids % vocab).astype(jnp.int32)
+    top_seqs = _gather_beams(state.live_seqs, top_beams)
+    top_seqs = jax.lax.dynamic_update_slice_in_dim(top_seqs, top_tokens[:, :, None], state.step + 1, axis=2)
+    is_eos = top_tokens == EOS_ID
+    done = state.num_finished >= k  # [B]: sentences already complete keep their state
+
+    # Finish EOS continuations ranked within the top K.
+    rank = jnp.arange(2 * k)[None, :]
+    newly_finished = is_eos & (rank < k) & (top_scores > _LOW / 2) & ~done[:, None]
+    normalised = top_scores / length_penalty(state.step + 1, alpha)
+    pool_scores = jnp.concatenate([state.finished_scores, jnp.where(newly_finished, normalised, _LOW)], 1)
+    pool_seqs = jnp.concatenate([state.finished_seqs, top_seqs], axis=1)
+    finished_scores, keep = jax.lax.top_k(pool_scores, k)
+    finished_seqs = _gather_beams(pool_seqs, keep)
+    num_finished = jnp.minimum(k, state.num_finished + newly_finished.sum(-1).astype(jnp.int32))
+
+    # The K best non-EOS continuations stay live.
+    live_candidates = jnp.where(is_eos, _LOW, top_scores)
+    live_scores, live_rank = jax.lax.top_k(live_candidates, k)
+    live_seqs = _gather_beams(top_seqs, live_rank)
+    cache = _gather_cache(cache, _gather_beams(top_beams, live_rank), n, k)
+
+    keep_old = lambda new, old: jnp.where(done.reshape((n,) + (1,) * (new.ndim - 1)), old, new)
+    return BeamState(state.step + 1, keep_old(live_seqs, state.live_seqs),
+                     keep_old(live_scores, state.live_scores), keep_old(finished_seqs, state.finished_seqs),
+                     keep_old(finished_scores, state.finished_scores), num_finished, cache)
+
+  state = jax.lax.while_loop(not_finished, advance, state)
+  # Sentences that reached max_length without K finished hypotheses also consider their live beams.
+  live_normalised = jnp.where(state.live_scores > _LOW / 2,
+                              state.live_scores / length_penalty(state.step, alpha), _LOW)
+  pool_scores = jnp.concatenate([state.finished_scores, live_normalised], axis=1)
+  pool_seqs = jnp.concatenate([state.finished_seqs, state.live_seqs], axis=1)
+  best = jnp.argmax(pool_scores, axis=1)
+  tokens = _gather_beams(pool_seqs, best[:, None])[:, 0, 1:]
+  return DecodeOutput(tokens, output_lengths(tokens), state.step)

@@ -1,0 +1,52 @@
+"""The one shape every decoding algorithm shares: the decoder step.
+
+Decoding algorithms never import the model. They receive a `DecoderStepFn` that closes over the parameters
+and the encoded source, plus an opaque cache pytree whose leaves all have the batch as leading axis.
+"""
+
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+
+from fastmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # re-exported: decoders only need the ids
+
+__all__ = ['DecoderStepFn', 'BOS_ID', 'EOS_ID', 'PAD_ID', 'causal_window_mask', 'pad_after_eos']
+
+
+class DecoderStepFn(Protocol):
+
+  def __call__(self, tokens: jax.Array, positions: jax.Array, self_mask: jax.Array, cache: Any,
+               write_offsets: jax.Array) -> tuple[jax.Array, Any]:
+    """Runs the decoder over T new positions per row.
+
+    Args:
+      tokens: int32 [B, T] target ids; positions: int32 [B, T] their positions.
+      self_mask: bool [B, T, M]: which of the M cache slots each new position may attend to.
+      cache: the cache pytree; the new positions' keys/values are written at slots
+        write_offsets[b] .. write_offsets[b] + T - 1.
+      write_offsets: int32 [B].
+    Returns:
+      (logits float32 [B, T, V], updated cache).
+    """
+
+
+def causal_window_mask(write_offsets: jax.Array, width: int, cache_length: int) -> jax.Array:
+  """[B, width, M]: new position t of row b sees slots 0 .. write_offsets[b] + t (itself included)."""
+  slots = jnp.arange(cache_length)[None, None, :]
+  query_slot = write_offsets[:, None, None] + jnp.arange(width)[None, :, None]
+  return slots <= query_slot
+
+
+def pad_after_eos(tokens: jax.Array) -> jax.Array:
+  """Keeps each row up to and including its first EOS; PAD after it. tokens: int [B, L]."""
+  is_eos = tokens == EOS_ID
+  after_eos = jnp.cumsum(is_eos, axis=-1) - is_eos > 0
+  return jnp.where(after_eos, PAD_ID, tokens)
+
+
+def output_lengths(tokens: jax.Array) -> jax.Array:
+  """Number of tokens up to and including the first EOS (all of them if none). tokens: [B, L] -> [B]."""
+  is_eos = tokens == EOS_ID
+  first_eos = jnp.argmax(is_eos, axis=-1)
+  return jnp.where(is_eos.any(-1), first_eos + 1, tokens.shape[-1]).astype(jnp.int32)

@@ -1,0 +1,112 @@
+"""Transformer building blocks: sinusoidal positions, attention with explicit masks and a KV cache, FFN.
+
+The cache differs from Flax's built-in decode cache on purpose: a decoder call may write any number of new
+positions, at a different offset in each batch row (Jacobi windows, interleaved slots, CMLM passes all need
+this), and the caller passes the attention mask instead of the module assuming "causal, one step".
+"""
+
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+
+# A finite stand-in for -inf: a fully masked row then softmaxes to a uniform distribution, never NaN.
+NEG_INF = -1e9
+
+
+def sinusoidal_positions(positions: jax.Array, dim: int, max_timescale: float = 10_000.0) -> jax.Array:
+  """Sinusoidal encodings of integer positions of any sign (interleaved decoders use negative ones).
+
+  Args:
+    positions: int array [..., T].
+    dim: even embedding size.
+  Returns:
+    float32 [..., T, dim]: sin in the first half, cos in the second.
+  """
+  half = dim // 2
+  inv_timescales = jnp.exp(-jnp.log(max_timescale) * jnp.arange(half, dtype=jnp.float32) / half)
+  angles = positions.astype(jnp.float32)[..., None] * inv_timescales  # [..., T, half]
+  return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+
+
+def write_at_offsets(cache: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Array:
+  """Writes new[b] into cache[b, offsets[b]:offsets[b] + T] for every row b.
+
+  Args:
+    cache: [B, M, ...]; new: [B, T, ...]; offsets: int [B].
+  The caller keeps offsets[b] + T <= M: dynamic_update_slice would otherwise clamp the start and overwrite
+  earlier slots (decoders size their caches with room for their widest window).
+  """
+  def write_row(row_cache, row_new, offset):
+    start = (offset,) + (0,) * (row_cache.ndim - 1)
+    return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype), start)
+  return jax.vmap(write_row)(cache, new, offsets)
+
+
+def dot_product_attention(query, key, value, mask, dtype=jnp.float32):
+  """Softmax attention.
+
+  Args:
+    query: [B, T, H, D]; key, value: [B, K, H, D].
+    mask: bool, broadcastable to [B, H, T, K]; True where a query may attend.
+  Returns:
+    [B, T, H, D] in `dtype`.
+  """
+  depth = query.shape[-1]
+  scores = jnp.einsum('bthd,bkhd->bhtk', query, key, preferred_element_type=jnp.float32)
+  scores = scores / jnp.sqrt(depth).astype(jnp.float32)
+  scores = jnp.where(mask, scores, NEG_INF)
+  weights = jax.nn.softmax(scores, axis=-1).astype(dtype)  # softmax in float32 even in bfloat16 mode
+  return jnp.einsum('bhtk,bkhd->bthd', weights, value.astype(dtype))
+
+
+class MultiHeadAttention(nn.Module):
+  """Multi-head attention whose keys/values can come from a cache or a precomputed memory."""
+  num_heads: int
+  head_dim: int
+  out_dim: int
+  dtype: jnp.dtype = jnp.float32
+
+  def setup(self):
+    dense = lambda: nn.DenseGeneral((self.num_heads, self.head_dim), dtype=self.dtype)
+    self.query = dense()
+    self.key = dense()
+    self.value = dense()
+    self.out = nn.DenseGeneral(self.out_dim, axis=(-2, -1), dtype=self.dtype)
+
+  def project_kv(self, x):
+    """x [B, K, E] -> (keys, values), each [B, K, H, D]."""
+    return self.key(x), self.value(x)
+
+  def __call__(self, x, mask, kv=None, cache=None, write_offsets=None):
+    """Attends from x [B, T, E].
+
+    kv: precomputed (keys, values) [B, K, H, D] (cross-attention); None means self-attention over x.
+    cache: (keys, values) [B, M, H, D] for self-attention; x's keys/values are written at write_offsets [B]
+      and the queries attend over all M slots, as `mask` [B, T, M] allows.
+    Returns (output [B, T, E], updated cache or None).
+    """
+    query = self.query(x)
+    if kv is None:
+      key, value = self.project_kv(x)
+      if cache is not None:
+        key = write_at_offsets(cache[0], key, write_offsets)
+        value = write_at_offsets(cache[1], value, write_offsets)
+        cache = (key, value)
+    else:
+      key, value = kv
+    out = dot_product_attention(query, key, value, mask[:, None], self.dtype)
+    return self.out(out), cache
+
+
+class FeedForward(nn.Module):
+  hidden_dim: int
+  out_dim: int
+  dropout_rate: float
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, deterministic: bool):
+    x = nn.Dense(self.hidden_dim, dtype=self.dtype)(x)
+    x = nn.relu(x)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    return nn.Dense(self.out_dim, dtype=self.dtype)(x)

@@ -1,0 +1,156 @@
+"""A pre-LayerNorm encoder-decoder Transformer with tied embeddings and an explicit decoder step.
+
+Read top to bottom: layers, then the model. The model exposes the three calls every decoding algorithm needs:
+
+  encoded = model.encode(source)                                # [B, S, E]
+  memory  = model.memory(encoded, source)                       # cross-attention K/V, computed once
+  cache   = init_cache(config, batch, max_length)               # self-attention K/V slots
+  logits, hidden, cache = model.decode(tokens, positions, mask, memory, cache, write_offsets)
+
+`decode` takes any number of target positions per call, with explicit integer positions (negative ones too)
+and an explicit boolean mask over the cache slots, so greedy (1 position), Jacobi (a window), interleaved
+decoders (2c slots) and CMLM passes (the whole target, bidirectional) all share it.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from fastmt.config import ModelConfig
+from fastmt.data.tokenizer import PAD_ID
+from fastmt.layers import FeedForward, MultiHeadAttention, sinusoidal_positions
+
+Cache = dict[str, tuple[jax.Array, ...]]  # {'k': per-layer [B, M, H, D], 'v': per-layer [B, M, H, D]}
+Memory = dict[str, Any]  # {'k', 'v': per-layer [B, S, H, D]; 'mask': bool [B, S]}
+
+
+def causal_mask(length: int) -> jax.Array:
+  """[1, T, T] lower-triangular mask (query t sees keys 0..t)."""
+  return jnp.tril(jnp.ones((1, length, length), bool))
+
+
+def cache_causal_mask(write_offsets: jax.Array, num_new: int, cache_length: int) -> jax.Array:
+  """Mask [B, T, M] letting new position t of row b see cache slots 0..write_offsets[b] + t."""
+  slots = jnp.arange(cache_length)[None, None, :]
+  query_slot = write_offsets[:, None, None] + jnp.arange(num_new)[None, :, None]
+  return slots <= query_slot
+
+
+def init_cache(config: ModelConfig, batch_size: int, max_length: int) -> Cache:
+  """Zeroed self-attention K/V slots for max_length target positions (no parameters involved)."""
+  shape = (batch_size, max_length, config.num_heads, config.head_dim)
+  zeros = lambda: tuple(jnp.zeros(shape, config.jnp_dtype) for _ in range(config.num_decoder_layers))
+  return {'k': zeros(), 'v': zeros()}
+
+
+class EncoderLayer(nn.Module):
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, mask, deterministic: bool):
+    cfg = self.config
+    dropout = nn.Dropout(cfg.dropout_rate)
+    h = nn.LayerNorm(dtype=cfg.jnp_dtype)(x)
+    h, _ = MultiHeadAttention(cfg.num_heads, cfg.head_dim, cfg.emb_dim, cfg.jnp_dtype)(h, mask)
+    x = x + dropout(h, deterministic=deterministic)
+    h = nn.LayerNorm(dtype=cfg.jnp_dtype)(x)
+    h = FeedForward(cfg.mlp_dim, cfg.emb_dim, cfg.dropout_rate, cfg.jnp_dtype)(h, deterministic)
+    return x + dropout(h, deterministic=deterministic)
+
+
+class DecoderLayer(nn.Module):
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    self.self_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
+    self.self_attention = MultiHeadAttention(cfg.num_heads, cfg.head_dim, cfg.emb_dim, cfg.jnp_dtype)
+    self.cross_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
+    self.cross_attention = MultiHeadAttention(cfg.num_heads, cfg.head_dim, cfg.emb_dim, cfg.jnp_dtype)
+    self.mlp_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
+    self.mlp = FeedForward(cfg.mlp_dim, cfg.emb_dim, cfg.dropout_rate, cfg.jnp_dtype)
+    self.dropout = nn.Dropout(cfg.dropout_rate)
+
+  def cross_kv(self, encoded):
+    return self.cross_attention.project_kv(encoded)
+
+  def __call__(self, x, self_mask, cross_kv, cross_mask, cache, write_offsets, deterministic: bool):
+    h, cache = self.self_attention(self.self_norm(x), self_mask, cache=cache, write_offsets=write_offsets)
+    x = x + self.dropout(h, deterministic=deterministic)
+    h, _ = self.cross_attention(self.cross_norm(x), cross_mask, kv=cross_kv)
+    x = x + self.dropout(h, deterministic=deterministic)
+    h = self.mlp(self.mlp_norm(x), deterministic)
+    return x + self.dropout(h, deterministic=deterministic), cache
+
+
+class Transformer(nn.Module):
+  """Encoder-decoder Transformer; source and target share one embedding, tied to the output projection."""
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    self.embed = nn.Embed(cfg.vocab_size, cfg.emb_dim,
+                          embedding_init=nn.initializers.normal(stddev=cfg.emb_dim**-0.5))
+    self.encoder_layers = [EncoderLayer(cfg, name=f'encoder_{i}') for i in range(cfg.num_encoder_layers)]
+    self.encoder_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
+    self.decoder_layers = [DecoderLayer(cfg, name=f'decoder_{i}') for i in range(cfg.num_decoder_layers)]
+    self.decoder_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
+    self.dropout = nn.Dropout(cfg.dropout_rate)
+
+  def _embed(self, tokens, positions, deterministic):
+    cfg = self.config
+    x = self.embed(tokens) * jnp.sqrt(cfg.emb_dim).astype(jnp.float32)
+    x = x + sinusoidal_positions(positions, cfg.emb_dim)
+    return self.dropout(x.astype(cfg.jnp_dtype), deterministic=deterministic)
+
+  def encode(self, source, deterministic: bool = True):
+    """source int [B, S] (PAD=0) -> encoded [B, S, E]."""
+    positions = jnp.broadcast_to(jnp.arange(source.shape[1]), source.shape)
+    x = self._embed(source, positions, deterministic)
+    mask = (source != PAD_ID)[:, None, :]  # [B, 1, S]: every query sees every real source token
+    for layer in self.encoder_layers:
+      x = layer(x, mask, deterministic)
+    return self.encoder_norm(x)
+
+  def memory(self, encoded, source) -> Memory:
+    """Cross-attention keys/values of every decoder layer, computed once per source batch."""
+    kvs = [layer.cross_kv(encoded) for layer in self.decoder_layers]
+    return {'k': tuple(k for k, _ in kvs), 'v': tuple(v for _, v in kvs), 'mask': source != PAD_ID}
+
+  def decode(self, tokens, positions, self_mask, memory: Memory, cache: Cache | None = None,
+             write_offsets=None, deterministic: bool = True):
+    """One decoder call over T target positions.
+
+    Args:
+      tokens: int [B, T]; positions: int [B, T] (any integers).
+      self_mask: bool [B, T, K], K = M cache slots (with a cache) or T (without).
+      memory: from `memory()`.
+      cache: optional self-attention cache; tokens' keys/values are written at write_offsets [B].
+    Returns:
+      logits float32 [B, T, V], hidden [B, T, E] (final-LayerNorm output), updated cache (or None).
+    """
+    x = self._embed(tokens, positions, deterministic)
+    cross_mask = memory['mask'][:, None, :]
+    new_k, new_v = [], []
+    for i, layer in enumerate(self.decoder_layers):
+      layer_cache = None if cache is None else (cache['k'][i], cache['v'][i])
+      x, layer_cache = layer(x, self_mask, (memory['k'][i], memory['v'][i]), cross_mask, layer_cache,
+                             write_offsets, deterministic)
+      if layer_cache is not None:
+        new_k.append(layer_cache[0])
+        new_v.append(layer_cache[1])
+    hidden = self.decoder_norm(x)
+    logits = self.embed.attend(hidden.astype(jnp.float32))
+    new_cache = None if cache is None else {'k': tuple(new_k), 'v': tuple(new_v)}
+    return logits, hidden, new_cache
+
+  def __call__(self, source, decoder_input, deterministic: bool = True):
+    """Teacher-forced training pass: logits [B, T, V] for decoder_input [B, T] (BOS-shifted targets)."""
+    encoded = self.encode(source, deterministic)
+    memory = self.memory(encoded, source)
+    positions = jnp.broadcast_to(jnp.arange(decoder_input.shape[1]), decoder_input.shape)
+    logits, _, _ = self.decode(decoder_input, positions, causal_mask(decoder_input.shape[1]), memory,
+                               deterministic=deterministic)
+    return logits

@@ -1,0 +1,262 @@
+"""Training: a pure jitted train step over a data-parallel Mesh, orbax checkpoints, resume, validation.
+
+    train_and_evaluate(config, workdir)
+
+A killed run resumes from its latest checkpoint with nothing lost: the batch of step s is a pure function of
+(data, seed, s) (see data/batching.py) and the dropout key is fold_in(rng, step), so a resumed run takes the
+same steps as an uninterrupted one. Multi-host: call `jax.distributed.initialize()` first (train.py does when
+--multihost is given); each process feeds its slice of the global batch.
+"""
+
+import functools
+import json
+import logging
+import os
+import time
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import sacrebleu
+import tqdm
+from flax.training import train_state
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from fastmt import models
+from fastmt.config import ModelConfig
+from fastmt.data import pipeline
+from fastmt.data.tokenizer import PAD_ID
+from fastmt.translate import DecodeSettings, Translator
+
+MODEL_CONFIG_FILE = 'model_config.json'
+CHECKPOINT_DIR = 'checkpoints'
+
+
+class TrainState(train_state.TrainState):
+  rng: jax.Array  # base key; the step's dropout key is fold_in(rng, step)
+
+
+def learning_rate_schedule(config):
+  """Linear warm-up to config.learning_rate, inverse-sqrt decay, optional linear cool-down to zero.
+
+  The cool-down (the last `cooldown_fraction` of num_train_steps) is what a fixed, short budget wants: the
+  model ends at a low learning rate instead of wherever inverse-sqrt happens to be.
+  """
+  peak, warmup, total = config.learning_rate, config.warmup_steps, config.num_train_steps
+  cooldown_start = int(total * (1 - config.cooldown_fraction))
+
+  def schedule(step):
+    step = jnp.asarray(step, jnp.float32)
+    rate = peak * jnp.minimum(step / warmup, jnp.sqrt(warmup / jnp.maximum(step, warmup)))
+    rate_at_cooldown = peak * jnp.sqrt(warmup / max(cooldown_start, warmup))
+    cooling = rate_at_cooldown * jnp.maximum(0.0, total - step) / max(1, total - cooldown_start)
+    return jnp.where(step >= cooldown_start, jnp.minimum(rate, cooling), rate)
+
+  return schedule
+
+
+def make_optimizer(config):
+  return optax.chain(
+      optax.clip_by_global_norm(config.grad_clip_norm),
+      optax.adamw(learning_rate_schedule(config), b1=0.9, b2=0.98, eps=1e-9,
+                  weight_decay=config.weight_decay))
+
+
+def initial_state(model_config: ModelConfig, config) -> TrainState:
+  model = models.Transformer(model_config)
+  rng = jax.random.PRNGKey(config.seed)
+  init_rng, dropout_rng = jax.random.split(rng)
+  dummy = jnp.ones((1, 8), jnp.int32)
+  params = jax.jit(model.init)(init_rng, dummy, dummy)['params']
+  return TrainState.create(apply_fn=model.apply, params=params, tx=make_optimizer(config), rng=dropout_rng)
+
+
+def cross_entropy(logits, targets, label_smoothing: float):
+  """Token-level label-smoothed cross entropy and accuracy, summed over non-pad targets.
+
+  Returns dict of sums: loss, nll (unsmoothed), correct, tokens.
+  """
+  vocab = logits.shape[-1]
+  weights = (targets != PAD_ID).astype(jnp.float32)
+  confidence = 1.0 - label_smoothing
+  soft_targets = jax.nn.one_hot(targets, vocab) * (confidence - label_smoothing / (vocab - 1)) + (
+      label_smoothing / (vocab - 1))
+  log_probs = jax.nn.log_softmax(logits)
+  loss = -(soft_targets * log_probs).sum(-1)
+  nll = -jnp.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
+  correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
+  return {'loss': (loss * weights).sum(), 'nll': (nll * weights).sum(), 'correct': (correct * weights).sum(),
+          'tokens': weights.sum()}
+
+
+def train_step(state: TrainState, batch, label_smoothing: float):
+  """One optimiser step on a batch dict {source, decoder_input, target}; returns (state, metric sums)."""
+  dropout_rng = jax.random.fold_in(state.rng, state.step)
+
+  def loss_fn(params):
+    logits = state.apply_fn({'params': params}, batch['source'], batch['decoder_input'], deterministic=False,
+                            rngs={'dropout': dropout_rng})
+    sums = cross_entropy(logits, batch['target'], label_smoothing)
+    return sums['loss'] / jnp.maximum(sums['tokens'], 1.0), sums
+
+  grads, sums = jax.grad(loss_fn, has_aux=True)(state.params)
+  new_state = state.apply_gradients(grads=grads)
+  sums['grad_norm'] = optax.global_norm(grads)
+  return new_state, sums
+
+
+def eval_step(params, batch, apply_fn):
+  logits = apply_fn({'params': params}, batch['source'], batch['decoder_input'])
+  return cross_entropy(logits, batch['target'], 0.0)
+
+
+def check_or_save_model_config(workdir: str, model_config: ModelConfig):
+  """The workdir's model config must match: resuming another architecture's checkpoint is an error."""
+  path = os.path.join(workdir, MODEL_CONFIG_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      saved = ModelConfig.from_json(f.read())
+    if saved != model_config:
+      diff = {k: (v, getattr(model_config, k)) for k, v in saved.__dict__.items()
+              if getattr(model_config, k) != v}
+      raise ValueError(f'{workdir} holds a checkpoint of another model config; differing fields '
+                       f'(saved, requested): {diff}. Use a new --workdir or the saved config.')
+  elif jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    with open(path, 'w') as f:
+      f.write(model_config.to_json())
+
+
+def load_model_config(workdir: str) -> ModelConfig:
+  path = os.path.join(workdir, MODEL_CONFIG_FILE)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'No {MODEL_CONFIG_FILE} in {workdir!r}: not a train.py work directory')
+  with open(path) as f:
+    return ModelConfig.from_json(f.read())
+
+
+def checkpoint_manager(workdir: str, config=None) -> ocp.CheckpointManager:
+  options = ocp.CheckpointManagerOptions(
+      max_to_keep=config.max_checkpoints_to_keep if config else None, create=True)
+  return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)), options=options)
+
+
+def restore_params(workdir: str, model_config: ModelConfig, step: int | None = None):
+  """Parameters of the latest (or given) checkpoint of a work directory, checked against its config."""
+  manager = checkpoint_manager(workdir)
+  step = manager.latest_step() if step is None else step
+  if step is None:
+    raise FileNotFoundError(f'No checkpoint under {os.path.join(workdir, CHECKPOINT_DIR)}')
+  abstract = jax.eval_shape(lambda: models.Transformer(model_config).init(
+      jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32))['params'])
+  restored = manager.restore(step, args=ocp.args.StandardRestore())  # raw tree: checked below
+  params = restored['params']
+  expected = jax.tree_util.tree_map(lambda x: x.shape, abstract)
+  found = jax.tree_util.tree_map(lambda x: tuple(x.shape), params)
+  if jax.tree_util.tree_structure(expected) != jax.tree_util.tree_structure(found) or expected != found:
+    raise ValueError(f'Checkpoint step {step} in {workdir} does not match its model config (another model?)')
+  return params, step
+
+
+def validation_bleu(params, model_config, tokenizer, validation, num_sentences: int):
+  translator = Translator(model_config, params, tokenizer, DecodeSettings('greedy'))
+  sources, references = validation.sources[:num_sentences], validation.targets[:num_sentences]
+  hypotheses, _ = translator.translate(sources, batch_size=32)
+  return sacrebleu.corpus_bleu(hypotheses, [references]).score
+
+
+def _metric_writer(workdir):
+  if jax.process_index() != 0:
+    return None
+  from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  return SummaryWriter(os.path.join(workdir, 'tensorboard'))
+
+
+def train_and_evaluate(config, workdir: str) -> TrainState:
+  """Trains config's model in workdir, resuming from its latest checkpoint; returns the final state."""
+  os.makedirs(workdir, exist_ok=True)
+  mesh = jax.make_mesh((jax.device_count(),), ('data',), axis_types=(jax.sharding.AxisType.Auto,))
+  data_sharding = NamedSharding(mesh, P('data'))
+  replicated = NamedSharding(mesh, P())
+  data = pipeline.load_training_data(config, workdir, batch_multiple=jax.device_count())
+  model_config = ModelConfig.from_config(config.model, data.tokenizer.vocab_size)
+  check_or_save_model_config(workdir, model_config)
+
+  state = jax.device_put(initial_state(model_config, config), replicated)
+  manager = checkpoint_manager(workdir, config)
+  if manager.latest_step() is not None:
+    state = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
+    tqdm.tqdm.write(f'Resumed from step {int(state.step)} of {workdir}')
+  start_step = int(state.step)
+
+  jit_train_step = jax.jit(functools.partial(train_step, label_smoothing=config.label_smoothing),
+                           donate_argnums=(0,))
+  jit_eval_step = jax.jit(functools.partial(eval_step, apply_fn=state.apply_fn))
+  rows_per_process = lambda x: x[jax.process_index()::jax.process_count()]
+
+  def to_device(batch):
+    arrays = {'source': batch.source, 'decoder_input': batch.decoder_input, 'target': batch.target}
+    return {k: jax.make_array_from_process_local_data(data_sharding, rows_per_process(v))
+            for k, v in arrays.items()}
+
+  writer = _metric_writer(workdir)
+  progress = tqdm.tqdm(total=config.num_train_steps, initial=start_step, unit='step', dynamic_ncols=True,
+                       disable=jax.process_index() != 0)
+  window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'start': time.perf_counter()}
+  history = []
+  for step in range(start_step, config.num_train_steps):
+    batch = data.train_batches.batch(step)
+    state, sums = jit_train_step(state, to_device(batch))
+    window['real_tokens'] += batch.num_tokens
+    for k in ('loss', 'tokens', 'correct'):
+      window[k] += sums[k]  # device scalars: no host sync until logged
+    done = step + 1
+    progress.update(1)
+    if done % config.log_every_steps == 0 or done == config.num_train_steps:
+      elapsed = time.perf_counter() - window['start']
+      metrics = {'train_loss': float(window['loss'] / window['tokens']),
+                 'train_accuracy': float(window['correct'] / window['tokens']),
+                 'tokens_per_s': window['real_tokens'] / elapsed,
+                 'learning_rate': float(learning_rate_schedule(config)(done))}
+      progress.set_postfix(loss=f"{metrics['train_loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
+      _write(writer, done, metrics)
+      history.append({'step': done, **metrics})
+      window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'start': time.perf_counter()}
+    if done % config.eval_every_steps == 0 or done == config.num_train_steps:
+      val = _validation_metrics(state.params, jit_eval_step, data, to_device, model_config, config)
+      progress.write(f'step {done}: ' + ', '.join(f'{k} {v:.3f}' for k, v in val.items()))
+      _write(writer, done, val)
+      history.append({'step': done, **val})
+      window['start'] = time.perf_counter()  # validation time is not training throughput
+    if done % config.checkpoint_every_steps == 0 or done == config.num_train_steps:
+      manager.save(done, args=ocp.args.StandardSave(state))
+  manager.wait_until_finished()
+  progress.close()
+  if jax.process_index() == 0 and history:
+    with open(os.path.join(workdir, 'train_history.jsonl'), 'a') as f:
+      f.writelines(json.dumps(h) + '\n' for h in history)
+  return state
+
+
+def _validation_metrics(params, jit_eval_step, data, to_device, model_config, config):
+  totals = {'nll': 0.0, 'tokens': 0.0, 'correct': 0.0}
+  for batch in data.validation_batches:
+    sums = jit_eval_step(params, to_device(batch))
+    for k in totals:
+      totals[k] += float(sums[k])
+  metrics = {'valid_nll': totals['nll'] / totals['tokens'], 'valid_accuracy': totals['correct'] / totals['tokens']}
+  if config.eval_bleu_sentences:
+    metrics['valid_bleu'] = validation_bleu(params, model_config, data.tokenizer, data.validation,
+                                            config.eval_bleu_sentences)
+  return metrics
+
+
+def _write(writer, step, metrics):
+  if writer is None:
+    return
+  for k, v in metrics.items():
+    writer.add_scalar(k, v, step)
+  writer.flush()
