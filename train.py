@@ -7,7 +7,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 import jax
 
-from fastmt import train_lib
+from fastmt import cli, train_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('workdir', None, 'Directory for checkpoints, tokenizer and logs.', required=True)
@@ -28,4 +28,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flags_as_required(['config'])
-  app.run(main)
+  app.run(cli.exit_on_user_error(main), flags_parser=cli.parse_flags_or_exit)

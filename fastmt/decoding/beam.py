@@ -107,9 +107,9 @@ def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: 
                      keep_old(finished_scores, state.finished_scores), num_finished, cache)
 
   state = jax.lax.while_loop(not_finished, advance, state)
-  # Sentences that reached max_length without K finished hypotheses also consider their live beams.
-  live_normalised = jnp.where(state.live_scores > _LOW / 2,
-                              state.live_scores / length_penalty(state.step, alpha), _LOW)
+  # Only sentences that reached max_length without K finished hypotheses consider their live beams.
+  use_live = (state.num_finished < k)[:, None] & (state.live_scores > _LOW / 2)
+  live_normalised = jnp.where(use_live, state.live_scores / length_penalty(state.step, alpha), _LOW)
   pool_scores = jnp.concatenate([state.finished_scores, live_normalised], axis=1)
   pool_seqs = jnp.concatenate([state.finished_seqs, state.live_seqs], axis=1)
   best = jnp.argmax(pool_scores, axis=1)

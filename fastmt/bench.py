@@ -1,0 +1,200 @@
+r"""Speed and quality of every decoding method on one model, measured side by side in one process.
+
+    python -m fastmt.bench --workdir runs/quickstart --split test --output_dir runs/quickstart/bench
+
+For each method: BLEU and chrF (sacreBLEU, signatures printed), whether the output equals greedy's for every
+sentence, decoder calls per sentence, ms/sentence at batch 1 and sentences/s and source words/s at a large
+batch. Timing rules (DESIGN.md): every shape is compiled before timing (compile time is reported apart), each
+call is blocked until ready, methods are interleaved within each repeat and the median over repeats is
+reported, speed-ups are ratios to greedy from the same repeats.
+"""
+
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import time
+
+from absl import app, flags
+import jax
+import numpy as np
+import sacrebleu
+
+from fastmt.data import corpus, pipeline
+from fastmt import train_lib
+from fastmt.translate import DecodeSettings, Translator
+
+DEFAULT_METHODS = ('greedy', 'beam:4', 'pj', 'pgj:3', 'pgj:5', 'hgj:3')
+
+
+def parse_method(spec: str) -> tuple[str, DecodeSettings]:
+  """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' -> (label, settings)."""
+  name, *args = spec.split(':')
+  values = [int(a) for a in args]
+  if name == 'beam':
+    return spec, DecodeSettings('beam', beam_size=values[0] if values else 4)
+  if name in ('pgj', 'hgj'):
+    block = values[0] if values else 3
+    parallel = values[1] if len(values) > 1 else 0
+    return spec, DecodeSettings(name, block_size=block, parallel_length=parallel)
+  return spec, DecodeSettings(name)
+
+
+def source_words(texts) -> int:
+  return sum(len(t.split()) for t in texts)
+
+
+@dataclasses.dataclass
+class MethodResult:
+  method: str
+  bleu: float = 0.0
+  chrf: float = 0.0
+  identical_to_greedy: str = ''  # 'n/m' sentences identical
+  decoder_calls_per_sentence: float = 0.0
+  tokens_per_call: float = 0.0  # output tokens (EOS included) per decoder call
+  ms_per_sentence_b1: float = 0.0
+  speedup_b1: float = 0.0  # greedy's median / this method's median, same repeats
+  sentences_per_s: float = 0.0
+  words_per_s: float = 0.0  # source words per second at the large batch
+  words_per_s_b1: float = 0.0  # source words per second at batch 1 (the RoyalFlush figure)
+  compile_s: float = 0.0
+
+
+def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, batch_size: int = 32,
+                  speed_sentences: int = 100, repeats: int = 3, log=print):
+  """Returns (list of MethodResult, dict of environment facts, dict of hypotheses by method)."""
+  model_config = train_lib.load_model_config(workdir)
+  params, step = train_lib.restore_params(workdir, model_config)
+  tokenizer = pipeline.load_tokenizer(workdir)
+  translators = {label: Translator(model_config, params, tokenizer, settings)
+                 for label, settings in map(parse_method, methods)}
+  results = {label: MethodResult(label) for label in translators}
+  hypotheses, calls = {}, {}
+
+  # Quality, exactness and decoder calls: the whole set at the large batch. The first pass compiles.
+  for label, translator in translators.items():
+    start = time.perf_counter()
+    hypotheses[label], stats = translator.translate(sources, batch_size)
+    results[label].compile_s = time.perf_counter() - start  # corrected below with the timed passes
+    calls[label] = stats
+    r = results[label]
+    r.decoder_calls_per_sentence = stats.decoder_calls / max(1, stats.sentences - stats.empty_inputs)
+    r.tokens_per_call = (stats.output_tokens + stats.sentences - stats.outputs_at_cap - stats.empty_inputs) / max(
+        1, stats.decoder_calls)
+    if references is not None:
+      r.bleu = sacrebleu.corpus_bleu(hypotheses[label], [references]).score
+      r.chrf = sacrebleu.corpus_chrf(hypotheses[label], [references]).score
+  if 'greedy' in hypotheses:
+    for label in translators:
+      same = sum(a == b for a, b in zip(hypotheses[label], hypotheses['greedy']))
+      results[label].identical_to_greedy = f'{same}/{len(sources)}'
+
+  # Large-batch throughput, methods interleaved per repeat.
+  large = {label: [] for label in translators}
+  for rep in range(repeats):
+    for label in _rotated(list(translators), rep):
+      start = time.perf_counter()
+      translators[label].translate(sources, batch_size)
+      large[label].append(time.perf_counter() - start)
+  for label, times in large.items():
+    median = statistics.median(times)
+    results[label].compile_s = max(0.0, results[label].compile_s - median)
+    results[label].sentences_per_s = len(sources) / median
+    results[label].words_per_s = source_words(sources) / median
+
+  # Batch 1 on the first speed_sentences sentences: compile their shapes first, then interleave.
+  subset = sources[:speed_sentences]
+  for translator in translators.values():
+    translator.translate(subset, 1)
+  small = {label: [] for label in translators}
+  for rep in range(repeats):
+    for label in _rotated(list(translators), rep):
+      start = time.perf_counter()
+      translators[label].translate(subset, 1)
+      small[label].append(time.perf_counter() - start)
+  greedy_times = small.get('greedy')
+  for label, times in small.items():
+    r = results[label]
+    r.ms_per_sentence_b1 = 1000 * statistics.median(times) / len(subset)
+    r.words_per_s_b1 = source_words(subset) / statistics.median(times)
+    if greedy_times:
+      r.speedup_b1 = statistics.median(g / t for g, t in zip(greedy_times, times))
+
+  environment = {
+      'workdir': workdir, 'checkpoint_step': step, 'model_config': dataclasses.asdict(model_config),
+      'sentences': len(sources), 'speed_sentences': len(subset), 'batch_size': batch_size,
+      'repeats': repeats, 'nproc': os.cpu_count(), 'cpu': _cpu_model(), 'jax': jax.__version__,
+      'device': str(jax.devices()[0]), 'date': time.strftime('%Y-%m-%d'), 'python': platform.python_version(),
+  }
+  if references is not None:
+    environment['bleu_signature'] = str(sacrebleu.BLEU().get_signature())
+    environment['chrf_signature'] = str(sacrebleu.CHRF().get_signature())
+  return list(results.values()), environment, hypotheses
+
+
+def _rotated(items, k):
+  k %= len(items)
+  return items[k:] + items[:k]
+
+
+def _cpu_model() -> str:
+  try:
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if line.startswith('model name'):
+          return line.split(':', 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor()
+
+
+def format_table(results) -> str:
+  header = ('| method | BLEU | chrF | = greedy | calls/sent | tok/call | ms/sent b1 | speed-up b1 | '
+            'words/s b1 | sent/s b32 | words/s b32 | compile s |')
+  lines = [header, '|' + '---|' * 12]
+  for r in results:
+    lines.append(f'| {r.method} | {r.bleu:.2f} | {r.chrf:.2f} | {r.identical_to_greedy} | '
+                 f'{r.decoder_calls_per_sentence:.2f} | {r.tokens_per_call:.2f} | {r.ms_per_sentence_b1:.2f} | '
+                 f'{r.speedup_b1:.3f} | {r.words_per_s_b1:.0f} | {r.sentences_per_s:.1f} | {r.words_per_s:.0f} | '
+                 f'{r.compile_s:.1f} |')
+  return '\n'.join(lines)
+
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('workdir', None, 'A train.py work directory.')
+flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to translate (never 40-43: not in any split).')
+flags.DEFINE_list('methods', list(DEFAULT_METHODS), 'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L].')
+flags.DEFINE_integer('batch_size', 32, 'The large batch.')
+flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed at batch 1.')
+flags.DEFINE_integer('repeats', 3, 'Timed repeats (median reported).')
+flags.DEFINE_integer('limit', 0, 'Translate only the first N sentences of the split (0 = all).')
+flags.DEFINE_string('output_dir', None, 'Where to write results.json, table.md and hypotheses.')
+
+
+def main(argv):
+  del argv
+  config = train_lib.load_train_config(FLAGS.workdir)
+  data = corpus.load_split(config.dataset, FLAGS.split)
+  sources, references = data.sources, data.targets
+  if FLAGS.limit:
+    sources, references = sources[:FLAGS.limit], references[:FLAGS.limit]
+  results, environment, hypotheses = run_benchmark(FLAGS.workdir, sources, references, FLAGS.methods,
+                                                   FLAGS.batch_size, FLAGS.speed_sentences, FLAGS.repeats)
+  table = format_table(results)
+  print(table)
+  print(json.dumps(environment, indent=1))
+  if FLAGS.output_dir:
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
+    with open(os.path.join(FLAGS.output_dir, 'results.json'), 'w') as f:
+      json.dump({'results': [dataclasses.asdict(r) for r in results], 'environment': environment}, f, indent=1)
+    with open(os.path.join(FLAGS.output_dir, 'table.md'), 'w') as f:
+      f.write(table + '\n')
+    for label, lines in hypotheses.items():
+      with open(os.path.join(FLAGS.output_dir, f'hyp.{label.replace(":", "_")}.txt'), 'w') as f:
+        f.writelines(line + '\n' for line in lines)
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['workdir'])
+  app.run(main)

@@ -1,0 +1,171 @@
+r"""DDGviz: the decoding dependency graph of Jacobi decoding, as a PNG (matplotlib) and a self-contained HTML page.
+
+One row per Jacobi iteration, one column per output position. A cell shows what the iteration predicted for
+that position: green when it already equals the final output, red when not, grey once the position was
+final before the iteration. A thick frame marks the tokens the iteration committed; tokens committed in the
+same iteration became final together: they depend on nothing the iteration had not already fixed. The
+bottom row is the output with the iteration at which each token became final.
+
+    python decode.py --workdir runs/quickstart --input src.txt --output - --algorithm pgj --block_size 3 \
+        --ddgviz docs/ddgviz
+    from fastmt import ddgviz; ddgviz.draw_sentences(translator, ['In the beginning ...'], settings, 'out/')
+"""
+
+import dataclasses
+import functools
+import html
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fastmt import models
+from fastmt.decoding import jacobi
+from fastmt.data.tokenizer import EOS_ID, PAD_ID
+from fastmt.translate import DecodeSettings, TranslationStats, Translator, make_step_fn, output_cap
+
+
+@dataclasses.dataclass
+class SentenceTrace:
+  source: str
+  pieces: list[str]  # final output pieces (EOS as '</s>')
+  final: np.ndarray  # int [m]
+  starts: np.ndarray  # int [I]
+  predictions: np.ndarray  # int [I, W]
+  probabilities: np.ndarray  # float [I, W]
+  accepted: np.ndarray  # int [I]
+  piece_of: dict  # id -> piece text
+  method: str
+
+  @property
+  def final_at(self) -> np.ndarray:
+    """Iteration (1-based) at which each output position became final."""
+    at = np.zeros(len(self.final), int)
+    for k, (n, a) in enumerate(zip(self.starts, self.accepted)):
+      at[n:n + a] = k + 1
+    return at
+
+
+def trace_sentence(translator: Translator, source: str, settings: DecodeSettings) -> SentenceTrace:
+  """Runs Jacobi decoding (settings.algorithm in pj/pgj/hgj) on one sentence and returns its trace."""
+  config, tokenizer = translator.config, translator.tokenizer
+  ids = translator.encode_sources([source], TranslationStats())[0]
+  bucket = next(b for b in translator.buckets if b >= len(ids))
+  src = np.zeros((1, bucket), np.int32)
+  src[0, :len(ids)] = ids
+  max_len = output_cap(config, bucket, settings)
+  block = max_len if settings.algorithm == 'pj' else settings.block_size
+  parallel = (min(settings.parallel_length, max_len) if settings.parallel_length else max_len
+              ) if settings.algorithm == 'hgj' else max_len
+  result, trace = _traced_decode(translator.params, jnp.asarray(src), config=config, max_len=max_len,
+                                 block=block, parallel=parallel)
+  tokens = np.asarray(result.tokens[0])
+  eos = np.flatnonzero(tokens == EOS_ID)
+  length = int(eos[0]) + 1 if len(eos) else len(tokens)
+  iterations = int(np.count_nonzero(np.asarray(trace.accepted[:, 0])))
+  final = tokens[:length]
+  vocab_pieces = {}
+  predictions = np.asarray(trace.predictions[:iterations, 0])
+  for token in set(final.tolist()) | set(predictions.ravel().tolist()):
+    vocab_pieces[token] = {EOS_ID: '</s>', PAD_ID: '<pad>'}.get(token) or tokenizer.pieces([token])[0]
+  return SentenceTrace(source, [vocab_pieces[t] for t in final.tolist()], final,
+                       np.asarray(trace.start[:iterations, 0]), predictions,
+                       np.asarray(trace.probabilities[:iterations, 0]), np.asarray(trace.accepted[:iterations, 0]),
+                       vocab_pieces, f'{settings.algorithm} b={block}' + (f' l={parallel}' if parallel < max_len else ''))
+
+
+@functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel'))
+def _traced_decode(params, source, *, config, max_len, block, parallel):
+  model = models.Transformer(config)
+  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+  memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+  cache = models.init_cache(config, source.shape[0], max_len + block)
+  return jacobi.jacobi_decode(make_step_fn(model, params, memory), cache, source.shape[0], max_len, block,
+                              parallel_length=parallel, return_trace=True)
+
+
+def _cells(trace: SentenceTrace):
+  """Yields (iteration, position, piece, state, committed_now, probability); state in final/correct/wrong."""
+  m = len(trace.final)
+  for k, (n, a) in enumerate(zip(trace.starts, trace.accepted)):
+    for pos in range(m):
+      if pos < n:
+        yield k, pos, '', 'final', False, None
+      elif pos - n < trace.predictions.shape[1]:
+        token = int(trace.predictions[k, pos - n])
+        state = 'correct' if token == int(trace.final[pos]) else 'wrong'
+        yield k, pos, trace.piece_of[token], state, pos < n + a, float(trace.probabilities[k, pos - n])
+
+
+_COLOURS = {'final': '#dddddd', 'correct': '#b7e4b0', 'wrong': '#f4b6b6'}
+
+
+def render_png(trace: SentenceTrace, path: str) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  iterations, m = len(trace.starts), len(trace.final)
+  fig, ax = plt.subplots(figsize=(max(6, 0.75 * m + 1.5), 0.45 * (iterations + 2) + 1.2))
+  for k, pos, piece, state, committed, prob in _cells(trace):
+    ax.add_patch(plt.Rectangle((pos, k), 1, 1, facecolor=_COLOURS[state], edgecolor='black' if committed else 'white',
+                               linewidth=2.0 if committed else 0.5))
+    if piece:
+      ax.text(pos + 0.5, k + 0.5, piece, ha='center', va='center', fontsize=7)
+  final_at = trace.final_at
+  for pos, piece in enumerate(trace.pieces):
+    ax.text(pos + 0.5, iterations + 0.35, piece, ha='center', va='center', fontsize=7, weight='bold')
+    ax.text(pos + 0.5, iterations + 0.8, str(final_at[pos]), ha='center', va='center', fontsize=6, color='#555')
+  ax.set_xlim(0, m)
+  ax.set_ylim(iterations + 1.1, 0)
+  ax.set_yticks([k + 0.5 for k in range(iterations)], [f'it {k + 1}' for k in range(iterations)], fontsize=7)
+  ax.set_xticks([])
+  ax.set_title(f'DDGviz {trace.method}: {iterations} iterations for {m} tokens\n{trace.source[:110]}', fontsize=8)
+  for side in ('top', 'right', 'bottom', 'left'):
+    ax.spines[side].set_visible(False)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def render_html(trace: SentenceTrace, path: str) -> None:
+  iterations, m = len(trace.starts), len(trace.final)
+  grid = [[''] * m for _ in range(iterations)]
+  for k, pos, piece, state, committed, prob in _cells(trace):
+    title = '' if prob is None else f' title="p={prob:.3f}"'
+    border = 'border:2px solid #000;' if committed else ''
+    grid[k][pos] = (f'<td style="background:{_COLOURS[state]};{border}"{title}>{html.escape(piece)}</td>')
+  rows = []
+  for k in range(iterations):
+    cells = ''.join(c or '<td></td>' for c in grid[k])
+    rows.append(f'<tr><th>it {k + 1} (+{int(trace.accepted[k])})</th>{cells}</tr>')
+  final_at = trace.final_at
+  rows.append('<tr><th>output</th>' + ''.join(f'<td><b>{html.escape(p)}</b></td>' for p in trace.pieces) + '</tr>')
+  rows.append('<tr><th>final at</th>' + ''.join(f'<td>{a}</td>' for a in final_at) + '</tr>')
+  page = f"""<!doctype html><html><head><meta charset="utf-8"><title>DDGviz</title><style>
+body{{font-family:sans-serif;font-size:13px}} table{{border-collapse:collapse}}
+td,th{{padding:2px 5px;border:1px solid #fff;text-align:center;white-space:nowrap}} th{{text-align:right}}
+</style></head><body><h3>DDGviz — {html.escape(trace.method)}: {iterations} iterations for {m} tokens</h3>
+<p>{html.escape(trace.source)}</p>
+<p>Green: the prediction already equals the final output; red: not yet; grey: final before this iteration.
+Framed: committed by this iteration (became final together). Hover a cell for its probability.</p>
+<table>{''.join(rows)}</table></body></html>"""
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(page)
+
+
+def draw_sentences(translator: Translator, sources, settings: DecodeSettings, directory: str) -> list[str]:
+  """Writes ddgviz_<i>.png and ddgviz_<i>.html for each non-empty source; returns the paths."""
+  if settings.algorithm not in ('pj', 'pgj', 'hgj'):
+    settings = dataclasses.replace(settings, algorithm='pgj')
+  os.makedirs(directory, exist_ok=True)
+  paths = []
+  for i, source in enumerate(sources):
+    if not source.strip():
+      continue
+    trace = trace_sentence(translator, source, settings)
+    for ext, render in (('png', render_png), ('html', render_html)):
+      path = os.path.join(directory, f'ddgviz_{i}.{ext}')
+      render(trace, path)
+      paths.append(path)
+  return paths

@@ -1,0 +1,120 @@
+"""What decode.py does: translate a file in input order, score it, time it, optionally draw DDGviz traces."""
+
+import dataclasses
+import json
+import logging
+import statistics
+import sys
+import time
+
+import sacrebleu
+
+from fastmt import train_lib
+from fastmt.data import corpus, pipeline
+from fastmt.translate import DecodeSettings, Translator
+
+
+@dataclasses.dataclass
+class DecodeReport:
+  sentences: int
+  bleu: float | None
+  chrf: float | None
+  bleu_signature: str | None
+  chrf_signature: str | None
+  ms_per_sentence: float | None  # median over sentences at batch 1
+  sentences_per_s: float  # at --batch_size
+  words_per_s: float  # source words per second at --batch_size
+  decoder_calls_per_sentence: float
+  compile_s: float  # first pass minus the timed pass: compilation of every shape used
+  empty_inputs: int
+  truncated_inputs: int
+  outputs_at_cap: int
+
+
+def read_input(path: str, errors: str) -> list[str]:
+  if path == '-':
+    data = sys.stdin.buffer.read()
+    lines = data.split(b'\n')
+    if lines and lines[-1] == b'':
+      lines.pop()
+    out = []
+    for number, raw in enumerate(lines, start=1):
+      try:
+        out.append(raw.decode('utf-8', errors=errors).rstrip('\r'))
+      except UnicodeDecodeError as e:
+        raise ValueError(f'stdin:{number}: invalid UTF-8 ({e.reason}); pass --input_errors=replace') from None
+    return out
+  return corpus.read_lines(path, errors=errors)
+
+
+def load_translator(workdir: str, settings: DecodeSettings) -> Translator:
+  model_config = train_lib.load_model_config(workdir)
+  params, step = train_lib.restore_params(workdir, model_config)
+  logging.info('Loaded %s step %d', workdir, step)
+  return Translator(model_config, params, pipeline.load_tokenizer(workdir), settings)
+
+
+def translate_and_measure(translator: Translator, sources, references=None, batch_size: int = 32,
+                          speed_sentences: int = 100) -> tuple[list[str], DecodeReport]:
+  start = time.perf_counter()
+  hypotheses, stats = translator.translate(sources, batch_size)
+  first_pass = time.perf_counter() - start
+  start = time.perf_counter()
+  translator.translate(sources, batch_size)  # everything compiled now: this is the throughput pass
+  timed = time.perf_counter() - start
+
+  ms_per_sentence = None
+  if speed_sentences:
+    subset = [s for s in sources if s.strip()][:speed_sentences]
+    translator.translate(subset, 1)  # compile batch-1 shapes
+    per_sentence = []
+    for sentence in subset:
+      t = time.perf_counter()
+      translator.translate([sentence], 1)
+      per_sentence.append(time.perf_counter() - t)
+    ms_per_sentence = 1000 * statistics.median(per_sentence) if per_sentence else None
+
+  bleu = chrf = bleu_sig = chrf_sig = None
+  if references is not None:
+    if len(references) != len(sources):
+      raise ValueError(f'{len(sources)} input lines but {len(references)} reference lines')
+    bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
+    bleu = bleu_metric.corpus_score(hypotheses, [references]).score
+    chrf = chrf_metric.corpus_score(hypotheses, [references]).score
+    bleu_sig, chrf_sig = str(bleu_metric.get_signature()), str(chrf_metric.get_signature())
+  decoded = max(1, stats.sentences - stats.empty_inputs)
+  report = DecodeReport(
+      sentences=len(sources), bleu=bleu, chrf=chrf, bleu_signature=bleu_sig, chrf_signature=chrf_sig,
+      ms_per_sentence=ms_per_sentence, sentences_per_s=len(sources) / timed,
+      words_per_s=sum(len(s.split()) for s in sources) / timed,
+      decoder_calls_per_sentence=stats.decoder_calls / decoded, compile_s=max(0.0, first_pass - timed),
+      empty_inputs=stats.empty_inputs, truncated_inputs=stats.truncated_inputs,
+      outputs_at_cap=stats.outputs_at_cap)
+  return hypotheses, report
+
+
+def write_lines(path: str, lines) -> None:
+  if path == '-':
+    sys.stdout.writelines(line + '\n' for line in lines)
+    return
+  with open(path, 'w', encoding='utf-8') as f:
+    f.writelines(line + '\n' for line in lines)
+
+
+def format_report(report: DecodeReport) -> str:
+  parts = []
+  if report.bleu is not None:
+    parts.append(f'BLEU {report.bleu:.2f} ({report.bleu_signature})')
+    parts.append(f'chrF {report.chrf:.2f} ({report.chrf_signature})')
+  if report.ms_per_sentence is not None:
+    parts.append(f'batch 1: {report.ms_per_sentence:.2f} ms/sentence (median)')
+  parts.append(f'large batch: {report.sentences_per_s:.1f} sentences/s, {report.words_per_s:.0f} source words/s')
+  parts.append(f'decoder calls/sentence {report.decoder_calls_per_sentence:.2f}; compile {report.compile_s:.1f} s')
+  parts.append(f'empty inputs {report.empty_inputs}, truncated inputs {report.truncated_inputs}, '
+               f'outputs at the length cap {report.outputs_at_cap}')
+  return '\n'.join(parts)
+
+
+def write_metrics_json(path: str, report: DecodeReport, extra: dict) -> None:
+  with open(path, 'w') as f:
+    json.dump({**dataclasses.asdict(report), **extra}, f, indent=1)

@@ -1,0 +1,180 @@
+"""Parallel Jacobi decoding (Santilli et al. 2023): PJ, PGJ and HGJ, batched, exact, in `lax.while_loop`s.
+
+Greedy decoding solves the triangular system y_i = argmax_v p(v | y_<i, x), i = 1..m, by substitution. Jacobi
+iteration updates a window of W positions at once from the current iterate:
+    y_i^(k+1) = argmax p(. | y_<i^(k), x)   for every i in the window.
+
+Commit rule (the exactness argument, Proposition 1 of the paper, made per iteration): the window's first
+prediction is final, since all its inputs are final; prediction j is final when every guess it was
+conditioned on equals the prediction just computed for that position. Each iteration therefore commits the
+longest verified prefix (>= 1 token), so iterations <= greedy steps, the output equals greedy's token for
+token, and stopping needs no confirming pass of its own: a row is done when it commits EOS or hits the cap.
+Unverified predictions are kept as the next window's initial guesses; positions entering the window for
+the first time take the initialiser's value (PAD by default, as in the paper).
+
+  PJ:  W = the output cap (the whole target, no oracle length).
+  PGJ: W = block size b; the block is re-anchored at the first unfinished position after every commit.
+       (The paper's blocks have fixed boundaries; re-anchoring never accepts less and keeps shapes static.)
+  HGJ: PGJ while a row's committed length is below the parallel length l, then W = 1 (which is exactly
+       greedy with per-row offsets) until EOS.
+
+KV cache: the window's inputs are written at slots committed .. committed + W - 1; slots of committed
+inputs are correct (their inputs and everything they attend to are final) and are not rewritten later.
+"""
+
+from typing import Any, Callable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from fastmt.decoding.greedy import DecodeOutput
+from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, causal_window_mask
+
+# An initialiser maps (batch_size, width) to the initial guesses [B, W] for positions entering the window.
+Initializer = Callable[[int, int], jax.Array]
+
+
+def pad_initializer(batch_size: int, width: int) -> jax.Array:
+  return jnp.full((batch_size, width), PAD_ID, jnp.int32)
+
+
+@flax.struct.dataclass
+class JacobiTrace:
+  """What DDGviz draws, one row per loop iteration (entries past the last iteration are zero)."""
+  start: jax.Array  # int32 [I, B]: first window position (= committed length before the iteration)
+  inputs: jax.Array  # int32 [I, B, W]: the iterate fed in (guesses for positions start .. start+W-1 shifted)
+  predictions: jax.Array  # int32 [I, B, W]: argmax for positions start .. start + W - 1
+  probabilities: jax.Array  # float32 [I, B, W]: softmax probability of each prediction
+  accepted: jax.Array  # int32 [I, B]: tokens committed by the iteration (0 once the row is done)
+
+
+@flax.struct.dataclass
+class JacobiState:
+  iteration: jax.Array  # int32 []
+  tokens: jax.Array  # int32 [B, L + W + 1]: BOS, then outputs; final up to `committed`
+  committed: jax.Array  # int32 [B]: final output tokens
+  guess: jax.Array  # int32 [B, W]: the iterate for outputs committed .. committed + W - 1
+  done: jax.Array  # bool [B]
+  calls: jax.Array  # int32 [B]: decoder calls the row made until done
+  cache: Any
+  trace: JacobiTrace | None
+
+
+def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, parallel_limit: int,
+                 initializer: Initializer) -> JacobiState:
+  """Runs iterations with window `width` while some row is unfinished and below `parallel_limit`."""
+  batch = state.committed.shape[0]
+  cache_length = jax.tree_util.tree_leaves(state.cache)[0].shape[1]
+  guess = state.guess[:, :width] if state.guess.shape[1] >= width else jnp.concatenate(
+      [state.guess, initializer(batch, width - state.guess.shape[1])], axis=1)
+  state = state.replace(guess=guess)
+  window = jnp.arange(width)
+
+  def not_finished(s):
+    active = ~s.done & (s.committed < parallel_limit)
+    return active.any() & (s.iteration < max_length)  # each iteration commits >= 1: max_length is a bound
+
+  def advance(s):
+    n = s.committed  # [B]
+    previous = jnp.take_along_axis(s.tokens, n[:, None], axis=1)  # [B, 1]: output n-1 (BOS for n = 0)
+    inputs = jnp.concatenate([previous, s.guess[:, :width - 1]], axis=1)  # [B, W]
+    positions = n[:, None] + window[None, :]
+    logits, cache = step_fn(inputs, positions, causal_window_mask(n, width, cache_length), s.cache, n)
+    predictions = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B, W]: for outputs n .. n + W - 1
+
+    # Longest verified prefix: prediction j is final if guesses 0..j-1 equal predictions 0..j-1.
+    agrees = (s.guess[:, :width - 1] == predictions[:, :width - 1]).astype(jnp.int32)
+    accepted = 1 + jnp.cumprod(agrees, axis=1).sum(axis=1)  # [B] in 1..W
+    is_eos = (predictions == EOS_ID) & (window[None, :] < accepted[:, None])
+    eos_at = jnp.argmax(is_eos, axis=1)
+    accepted = jnp.where(is_eos.any(1), eos_at + 1, accepted)
+    accepted = jnp.minimum(accepted, max_length - n)
+    accepted = jnp.where(s.done, 0, accepted)
+    committed = n + accepted
+    done = s.done | is_eos.any(1) | (committed >= max_length)
+
+    # Predictions go to tokens[n + 1 ..]; those past the verified prefix are overwritten later.
+    tokens = jax.vmap(lambda row, new, at: jax.lax.dynamic_update_slice(row, new, (at + 1,)))(
+        s.tokens, predictions, n)
+    tokens = jnp.where(s.done[:, None], s.tokens, tokens)
+    # Unverified predictions become the next guesses; new positions take the initialiser's value.
+    shifted = jnp.take_along_axis(predictions, jnp.minimum(window[None, :] + accepted[:, None], width - 1), 1)
+    guess = jnp.where(window[None, :] + accepted[:, None] < width, shifted, initializer(batch, width))
+    guess = jnp.where(s.done[:, None], s.guess, guess)
+
+    trace = s.trace
+    if trace is not None:
+      probs = jnp.take_along_axis(jax.nn.softmax(logits.astype(jnp.float32)), predictions[..., None], -1)[..., 0]
+      pad = lambda x: jnp.pad(x, ((0, 0), (0, trace.predictions.shape[2] - width)))
+      trace = JacobiTrace(
+          trace.start.at[s.iteration].set(n),
+          trace.inputs.at[s.iteration].set(pad(inputs)),
+          trace.predictions.at[s.iteration].set(pad(predictions)),
+          trace.probabilities.at[s.iteration].set(pad(probs)),
+          trace.accepted.at[s.iteration].set(accepted))
+    return JacobiState(s.iteration + 1, tokens, committed, guess, done, s.calls + (~s.done).astype(jnp.int32),
+                       cache, trace)
+
+  return jax.lax.while_loop(not_finished, advance, state)
+
+
+def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_length: int, block_size: int,
+                  parallel_length: int | None = None, initializer: Initializer = pad_initializer,
+                  return_trace: bool = False):
+  """Hybrid GS-Jacobi decoding; PJ and PGJ are its special cases (see module docstring).
+
+  Args:
+    step_fn, cache: as for greedy_search; the cache needs max_length + block_size slots.
+    max_length: output cap (EOS included).
+    block_size: window width W (>= 1); W = max_length is PJ.
+    parallel_length: HGJ's l: rows whose committed length reaches l continue with W = 1 (greedy).
+      None = max_length (PJ/PGJ: parallel to the end).
+    return_trace: also return a JacobiTrace (DDGviz).
+  Returns:
+    DecodeOutput (and the JacobiTrace when return_trace): tokens equal to greedy_search's, decoder_calls
+    per row <= its greedy length.
+  """
+  if block_size < 1:
+    raise ValueError(f'block_size must be >= 1, got {block_size}')
+  block_size = min(block_size, max_length)
+  parallel_length = max_length if parallel_length is None else parallel_length
+  if not 0 < parallel_length <= max_length:
+    raise ValueError(f'parallel_length must be in 1..{max_length} (the output cap), got {parallel_length}')
+  cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
+  if cache_length < max_length + block_size:
+    raise ValueError(f'cache has {cache_length} slots; Jacobi needs max_length + block_size = '
+                     f'{max_length + block_size}')
+  tokens = jnp.full((batch_size, max_length + block_size + 1), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
+  trace = None
+  if return_trace:
+    shape = (max_length, batch_size, block_size)
+    trace = JacobiTrace(jnp.zeros(shape[:2], jnp.int32), jnp.zeros(shape, jnp.int32),
+                        jnp.zeros(shape, jnp.int32), jnp.zeros(shape, jnp.float32),
+                        jnp.zeros(shape[:2], jnp.int32))
+  zeros = jnp.zeros((batch_size,), jnp.int32)
+  state = JacobiState(jnp.int32(0), tokens, zeros, initializer(batch_size, block_size),
+                      jnp.zeros((batch_size,), bool), zeros, cache, trace)
+  state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer)
+  if parallel_length < max_length:
+    state = _jacobi_loop(step_fn, state, 1, max_length, max_length, initializer)
+  outputs = state.tokens[:, 1:max_length + 1]
+  outputs = jnp.where(jnp.arange(max_length)[None, :] < state.committed[:, None], outputs, PAD_ID)
+  result = DecodeOutput(outputs, state.calls, state.iteration)
+  return (result, state.trace) if return_trace else result
+
+
+def pj_decode(step_fn, cache, batch_size, max_length, **kwargs):
+  """Parallel Jacobi: the window is the whole output (up to the cap)."""
+  return jacobi_decode(step_fn, cache, batch_size, max_length, block_size=max_length, **kwargs)
+
+
+def pgj_decode(step_fn, cache, batch_size, max_length, block_size, **kwargs):
+  """Parallel GS-Jacobi: windows of block_size, block after block, to the end."""
+  return jacobi_decode(step_fn, cache, batch_size, max_length, block_size=block_size, **kwargs)
+
+
+def hgj_decode(step_fn, cache, batch_size, max_length, block_size, parallel_length, **kwargs):
+  """Hybrid GS-Jacobi: PGJ up to parallel_length, then greedy until EOS."""
+  return jacobi_decode(step_fn, cache, batch_size, max_length, block_size=block_size,
+                       parallel_length=parallel_length, **kwargs)

@@ -1,0 +1,109 @@
+"""Shared fixtures: stub decoder steps with known outputs, tiny random-weight models, one tiny trained workdir."""
+
+import os
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # configs/ is imported by the tiny config
+
+from fastmt import models  # noqa: E402
+from fastmt.config import ModelConfig  # noqa: E402
+from fastmt.decoding.step import EOS_ID  # noqa: E402
+
+DATA = REPO / 'tests' / 'data'
+VOCAB = 16
+
+
+def stub_cache(batch_size, cache_length):
+  """A cache pytree for stub steps: leading axis batch, second axis slots (what decoders read)."""
+  return {'slots': jnp.zeros((batch_size, cache_length), jnp.int32)}
+
+
+def one_hot_logits(tokens, vocab=VOCAB, scale=10.0):
+  return jax.nn.one_hot(tokens, vocab) * scale
+
+
+def markov_step(table):
+  """A step whose prediction for each position depends only on that position's input token: table[input]."""
+  table = jnp.asarray(table, jnp.int32)
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+    del positions, self_mask, write_offsets
+    return one_hot_logits(table[tokens]), cache
+  return step_fn
+
+
+def positional_step(sequences):
+  """A step that predicts sequences[row, position] whatever the inputs: a model with no dependencies."""
+  sequences = jnp.asarray(sequences, jnp.int32)
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+    del tokens, self_mask, write_offsets
+    clipped = jnp.minimum(positions, sequences.shape[1] - 1)
+    return one_hot_logits(jnp.take_along_axis(sequences, clipped, axis=1)), cache
+  return step_fn
+
+
+def tiny_model_config(**overrides):
+  values = dict(vocab_size=40, emb_dim=32, num_heads=4, mlp_dim=64, num_encoder_layers=2, num_decoder_layers=2,
+                max_length=48)
+  values.update(overrides)
+  return ModelConfig(**values)
+
+
+def random_model(seed, config=None):
+  config = config or tiny_model_config()
+  model = models.Transformer(config)
+  dummy = jnp.ones((1, 4), jnp.int32)
+  params = model.init(jax.random.PRNGKey(seed), dummy, dummy)['params']
+  return model, params
+
+
+def model_step(model, params, source, eos_after=None):
+  """A DecoderStepFn over a random model; eos_after [B] forces EOS to win from that position on, so that
+  tests control where each row ends (a function of position only: greedy and Jacobi see the same model)."""
+  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+  memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+    logits, _, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache, write_offsets,
+                                   method=models.Transformer.decode)
+    if eos_after is not None:
+      boost = (positions >= jnp.asarray(eos_after)[:, None]) * 1e4
+      logits = logits.at[..., EOS_ID].add(boost)
+    return logits, cache
+  return step_fn
+
+
+@pytest.fixture(scope='session')
+def tiny_config():
+  from configs import tiny  # pylint: disable=g-import-not-at-top
+  config = tiny.get_config()
+  config.dataset.name = 'text'
+  config.dataset.train_files = (str(DATA / 'genesis.en'), str(DATA / 'genesis.de'))
+  config.dataset.validation_files = (str(DATA / 'genesis.en'), str(DATA / 'genesis.de'))
+  config.dataset.test_files = (str(DATA / 'genesis.en'), str(DATA / 'genesis.de'))
+  return config
+
+
+@pytest.fixture(scope='session')
+def trained_workdir(tmp_path_factory, tiny_config):
+  """A tiny model trained for tiny_config.num_train_steps on the Genesis fixture (shared, read-only)."""
+  from fastmt import train_lib  # pylint: disable=g-import-not-at-top
+  workdir = str(tmp_path_factory.mktemp('tiny_run'))
+  train_lib.train_and_evaluate(tiny_config, workdir)
+  return workdir
+
+
+@pytest.fixture
+def rng():
+  return np.random.default_rng(0)
+
+
+os.environ.setdefault('TQDM_DISABLE', '1')

@@ -1,0 +1,115 @@
+"""Data: the Bible reader never touches books 40-43, tfds splits by book in verse order, tokenizer round trip,
+deterministic length-bucketed batches, and clear errors for bad text files."""
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from conftest import DATA
+from fastmt.data import batching, bible, corpus
+from fastmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+
+
+@pytest.fixture(scope='module')
+def synthetic_db(tmp_path_factory):
+  """bible.db with the real schema: books 1, 40-45, two English versions and German, a placeholder verse."""
+  path = tmp_path_factory.mktemp('db') / 'bible.db'
+  conn = sqlite3.connect(path)
+  conn.execute('CREATE TABLE bible (id INTEGER, bbName TEXT, bNumber INTEGER, cNumber INTEGER, vNumber INTEGER, '
+               'vText TEXT, PRIMARY KEY (bbName, bNumber, cNumber, vNumber))')
+  rows = []
+  for book in (1, 40, 41, 42, 43, 44, 45):
+    for chapter in (1, 2):
+      for verse in (1, 2, 3):
+        for version in ('4', 'k', 'e'):
+          text = f'{version} book {book} {chapter}:{verse}'
+          if (book, chapter, verse, version) == (1, 2, 2, 'e'):
+            text = '-'  # a placeholder: no translation in this version
+          rows.append((len(rows), version, book, chapter, verse, text))
+  conn.executemany('INSERT INTO bible VALUES (?, ?, ?, ?, ?, ?)', rows)
+  conn.commit()
+  conn.close()
+  return path
+
+
+def test_reserved_books_are_never_read(synthetic_db):
+  counts = {}
+  pairs = list(bible.read_pairs(synthetic_db, ('4', 'k'), 'e', 'IN (1, 40, 41, 42, 43, 44)', counts))
+  assert {p.book for p in pairs} == {1, 44}
+  assert counts == {'skipped_placeholder': 2}  # the placeholder verse, once per English version
+
+
+def test_builder_splits_by_book_in_verse_order(synthetic_db, tmp_path, monkeypatch):
+  monkeypatch.setattr(bible, 'fetch_database', lambda directory=None: synthetic_db)
+  builder = bible.Bible(config='en_de', data_dir=str(tmp_path))
+  builder.download_and_prepare(file_format='array_record')
+  splits = {name: builder.as_data_source(split=name) for name in ('train', 'validation', 'test')}
+  books = {name: {int(split[i]['book']) for i in range(len(split))} for name, split in splits.items()}
+  assert books == {'train': {1}, 'validation': {45}, 'test': {44}}
+  assert len(splits['train']) == 2 * 6 - 2  # both English versions, minus the placeholder pairs
+  test = [splits['test'][i] for i in range(len(splits['test']))]
+  assert [(int(e['chapter']), int(e['verse'])) for e in test] == [(c, v) for c in (1, 2) for v in (1, 2, 3)]
+  assert test[0]['source'].decode() == '4 book 44 1:1'  # one source version (WEB) for evaluation
+
+
+def test_read_lines_names_the_bad_line(tmp_path):
+  path = tmp_path / 'bad.txt'
+  path.write_bytes(b'good\n\nbad \xff byte\n')
+  with pytest.raises(ValueError, match=r'bad.txt:3: invalid UTF-8'):
+    corpus.read_lines(str(path))
+  assert corpus.read_lines(str(path), errors='replace') == ['good', '', 'bad \ufffd byte']
+
+
+def test_parallel_text_must_align():
+  with pytest.raises(ValueError, match='2 source lines but 1 target'):
+    corpus.ParallelText(['a', 'b'], ['x'])
+
+
+@pytest.fixture(scope='module')
+def tokenizer(tmp_path_factory):
+  texts = corpus.read_lines(str(DATA / 'genesis.en')) + corpus.read_lines(str(DATA / 'genesis.de'))
+  return train_tokenizer(texts, str(tmp_path_factory.mktemp('spm') / 'spm.model'), vocab_size=300)
+
+
+def test_tokenizer_round_trip(tokenizer):
+  texts = ['In the beginning God created the heavens and the earth.', 'Und Gott sprach: Es werde Licht!']
+  ids = tokenizer.encode(texts)
+  assert all(row.dtype == np.int32 and len(row) > 0 for row in ids)
+  assert tokenizer.decode(ids) == texts
+  with_specials = [np.concatenate([[BOS_ID], ids[0], [EOS_ID, PAD_ID, 9]])]
+  assert tokenizer.decode(with_specials) == texts[:1]  # stops at EOS, ignores BOS
+
+
+def test_prepare_pairs_counts_what_it_skips():
+  src = [np.array([5, 6]), np.array([], np.int32), np.array([5] * 10), np.array([7])]
+  tgt = [np.array([8]), np.array([9]), np.array([5]), np.array([], np.int32)]
+  kept_src, kept_tgt, counts = batching.prepare_pairs(src, tgt, max_length=8)
+  assert counts == {'empty': 2, 'too_long': 1}
+  assert [s.tolist() for s in kept_src] == [[5, 6]] and [t.tolist() for t in kept_tgt] == [[8]]
+
+
+def test_pad_batch_layout():
+  batch = batching.pad_batch([np.array([5, 6])], [np.array([7, 8, 9])], 4, 5)
+  np.testing.assert_array_equal(batch.source, [[5, 6, EOS_ID, 0]])
+  np.testing.assert_array_equal(batch.decoder_input, [[BOS_ID, 7, 8, 9, 0]])
+  np.testing.assert_array_equal(batch.target, [[7, 8, 9, EOS_ID, 0]])
+  assert batch.num_tokens == 3 + 4
+
+
+def test_train_batches_are_deterministic_bucketed_and_cover_every_pair(tokenizer):
+  src = tokenizer.encode(corpus.read_lines(str(DATA / 'genesis.en')))
+  tgt = tokenizer.encode(corpus.read_lines(str(DATA / 'genesis.de')))
+  src, tgt, _ = batching.prepare_pairs(src, tgt, 128)
+  make = lambda seed: batching.TrainBatches(src, tgt, (32, 64, 128), 1024, seed, batch_multiple=2)
+  a, b, other = make(0), make(0), make(1)
+  seen = set()
+  for step in range(a.batches_per_epoch):
+    x, y = a.batch(step), b.batch(step)
+    np.testing.assert_array_equal(x.source, y.source)
+    assert x.source.shape[1] in (32, 64, 128) and x.source.shape[0] % 2 == 0
+    assert x.source.shape[0] == a.rows_per_batch[x.source.shape[1]]
+    seen.update(tuple(row[row != 0]) for row in x.source)
+  assert len(seen) == len({tuple(np.append(s, EOS_ID)) for s in src})
+  assert not np.array_equal(a.batch(0).source, other.batch(0).source)
+  assert not np.array_equal(a.batch(0).source, a.batch(a.batches_per_epoch).source)  # epochs reshuffle

@@ -1,0 +1,113 @@
+"""Greedy and beam search on stub logits with exact expected outputs, and beam 1 == greedy on real models."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import VOCAB, markov_step, model_step, positional_step, random_model, stub_cache
+from fastmt import models
+from fastmt.decoding import beam, greedy, step
+from fastmt.decoding.step import BOS_ID, EOS_ID
+
+A, B, C, D = 5, 6, 7, 8
+
+
+def test_greedy_follows_the_chain_then_pads_after_eos():
+  table = np.full(VOCAB, EOS_ID)
+  table[BOS_ID], table[A], table[B] = A, B, C  # BOS -> A -> B -> C -> EOS
+  out = greedy.greedy_search(markov_step(table), stub_cache(2, 8), 2, 8)
+  np.testing.assert_array_equal(out.tokens, [[A, B, C, EOS_ID, 0, 0, 0, 0]] * 2)
+  np.testing.assert_array_equal(out.decoder_calls, [4, 4])
+  assert int(out.loop_iterations) == 4
+
+
+def test_greedy_stops_at_max_length_without_eos():
+  table = np.arange(VOCAB)
+  table[BOS_ID] = A  # A -> A -> A ... never EOS
+  out = greedy.greedy_search(markov_step(table), stub_cache(1, 5), 1, 5)
+  np.testing.assert_array_equal(out.tokens, [[A] * 5])
+  np.testing.assert_array_equal(out.decoder_calls, [5])
+
+
+def test_greedy_rows_end_at_their_own_eos():
+  seqs = np.array([[A, EOS_ID, C, C, C, C], [A, B, C, D, EOS_ID, C]])
+  out = greedy.greedy_search(positional_step(seqs), stub_cache(2, 6), 2, 6)
+  np.testing.assert_array_equal(out.tokens, [[A, EOS_ID, 0, 0, 0, 0], [A, B, C, D, EOS_ID, 0]])
+  np.testing.assert_array_equal(out.decoder_calls, [2, 5])
+
+
+def test_greedy_rejects_a_small_cache():
+  with pytest.raises(ValueError, match='fewer than max_length'):
+    greedy.greedy_search(markov_step(np.zeros(VOCAB)), stub_cache(1, 3), 1, 5)
+
+
+def markov_probs_step(probs):
+  """probs [V, V]: row = input token, distribution of the next token."""
+  log_probs = jnp.log(jnp.asarray(probs) + 1e-12)
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+    return log_probs[tokens], cache
+  return step_fn
+
+
+def toy_chain():
+  """Greedy takes A (0.55) then EOS (0.4): 0.22. The best sequence is B EOS: 0.45 * 0.9 = 0.405."""
+  p = np.zeros((VOCAB, VOCAB))
+  p[:, EOS_ID] = 1.0
+  p[BOS_ID] = 0; p[BOS_ID, A], p[BOS_ID, B] = 0.55, 0.45
+  p[A] = 0; p[A, EOS_ID], p[A, C], p[A, D] = 0.4, 0.3, 0.3
+  p[B] = 0; p[B, EOS_ID], p[B, C] = 0.9, 0.1
+  p[C] = 0; p[C, EOS_ID] = 1.0
+  p[D] = 0; p[D, EOS_ID] = 1.0
+  return p
+
+
+def test_beam_finds_the_known_best_sequence_greedy_misses():
+  step_fn = markov_probs_step(toy_chain())
+  g = greedy.greedy_search(step_fn, stub_cache(1, 6), 1, 6)
+  np.testing.assert_array_equal(g.tokens[0, :2], [A, EOS_ID])
+  out = beam.beam_search(step_fn, stub_cache(2, 6), 1, 2, 6, alpha=0.0)
+  np.testing.assert_array_equal(out.tokens, [[B, EOS_ID, 0, 0, 0, 0]])
+
+
+def test_beam_batched_rows_are_independent():
+  step_fn = markov_probs_step(toy_chain())
+  out = beam.beam_search(step_fn, stub_cache(3 * 2, 6), 3, 2, 6, alpha=0.0)
+  np.testing.assert_array_equal(out.tokens, [[B, EOS_ID, 0, 0, 0, 0]] * 3)
+
+
+def test_beam_at_max_length_returns_the_best_live_hypothesis():
+  """EOS has probability 0, so no hypothesis finishes: the cap returns the best live beam, A A A A."""
+  p = np.zeros((VOCAB, VOCAB))
+  p[BOS_ID, A], p[BOS_ID, B] = 0.6, 0.4
+  p[A, A], p[A, B] = 0.6, 0.4
+  p[B, B], p[B, A] = 0.6, 0.4
+  out = beam.beam_search(markov_probs_step(p), stub_cache(2, 4), 1, 2, 4)
+  np.testing.assert_array_equal(out.tokens, [[A, A, A, A]])
+
+
+def test_beam_stopped_by_k_finished_ignores_unfinished_beams():
+  """K finished hypotheses end the sentence; a longer live beam with a higher score is not returned."""
+  table = np.arange(VOCAB)
+  table[BOS_ID] = A  # A A A ... (score ~0) while EOS continuations (score ~-10) finish one per step
+  out = beam.beam_search(markov_step(table), stub_cache(3, 6), 1, 3, 6, alpha=0.0)
+  tokens = np.asarray(out.tokens[0])
+  assert EOS_ID in tokens.tolist()
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_beam_size_one_equals_greedy_on_random_models(seed):
+  model, params = random_model(seed)
+  rng = np.random.default_rng(seed)
+  source = jnp.array(rng.integers(4, 40, (3, 6)))
+  eos_after = rng.integers(3, 12, 3)
+  step_fn = model_step(model, params, source, eos_after)
+  g = greedy.greedy_search(step_fn, models.init_cache(model.config, 3, 16), 3, 16)
+  b = beam.beam_search(step_fn, models.init_cache(model.config, 3, 16), 3, 1, 16)
+  np.testing.assert_array_equal(b.tokens, g.tokens)
+
+
+def test_pad_after_eos_and_output_lengths():
+  tokens = jnp.array([[5, 1, 6, 1], [5, 6, 7, 8]])
+  np.testing.assert_array_equal(step.pad_after_eos(tokens), [[5, 1, 0, 0], [5, 6, 7, 8]])
+  np.testing.assert_array_equal(step.output_lengths(tokens), [2, 4])

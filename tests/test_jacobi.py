@@ -1,0 +1,93 @@
+"""Jacobi decoding (PJ, PGJ, HGJ): exact accepted counts on stubs, token-for-token equality with greedy on
+random-weight models over seeds, lengths, batch sizes and EOS positions, and the bad-input contract."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import markov_step, model_step, positional_step, random_model, stub_cache
+from fastmt import models
+from fastmt.decoding import greedy, jacobi
+from fastmt.decoding.step import EOS_ID
+
+A, B, C, D, E, F = 5, 6, 7, 8, 9, 10
+SEQ = [A, B, C, D, E, F, EOS_ID]  # 7 outputs
+
+
+def test_pj_on_a_model_without_dependencies_takes_two_iterations():
+  """Every prediction is right at once, but only the first is verified; iteration 2 verifies the rest."""
+  seqs = np.array([SEQ + [A] * 5])
+  out, trace = jacobi.pj_decode(positional_step(seqs), stub_cache(1, 24), 1, 12, return_trace=True)
+  np.testing.assert_array_equal(out.tokens[0, :7], SEQ)
+  np.testing.assert_array_equal(out.decoder_calls, [2])
+  np.testing.assert_array_equal(trace.accepted[:2, 0], [1, 6])
+
+
+def test_pgj_accepted_counts_match_the_worked_example():
+  """b=3: accept 1 (PAD guesses), 3 (guesses carried over), 1 (fresh PADs), then 2 (stops at EOS)."""
+  seqs = np.array([SEQ + [A] * 5])
+  out, trace = jacobi.pgj_decode(positional_step(seqs), stub_cache(1, 15), 1, 12, 3, return_trace=True)
+  np.testing.assert_array_equal(out.tokens[0, :8], SEQ + [0])
+  np.testing.assert_array_equal(trace.accepted[:5, 0], [1, 3, 1, 2, 0])
+  np.testing.assert_array_equal(trace.start[:4, 0], [0, 1, 4, 5])
+  assert int(out.loop_iterations) == 4
+
+
+def test_hgj_switches_to_greedy_after_the_parallel_length():
+  seqs = np.array([SEQ + [A] * 5])
+  out = jacobi.hgj_decode(positional_step(seqs), stub_cache(1, 15), 1, 12, 3, parallel_length=2)
+  np.testing.assert_array_equal(out.tokens[0, :7], SEQ)
+  # PGJ: accept 1 then 3 (committed 4 >= l = 2), then one token per greedy step for the last 3.
+  np.testing.assert_array_equal(out.decoder_calls, [2 + 3])
+
+
+def test_window_of_one_is_greedy_on_a_markov_chain():
+  table = np.full(16, EOS_ID)
+  table[2], table[A], table[B] = A, B, C
+  g = greedy.greedy_search(markov_step(table), stub_cache(2, 8), 2, 8)
+  j = jacobi.pgj_decode(markov_step(table), stub_cache(2, 9), 2, 8, 1)
+  np.testing.assert_array_equal(j.tokens, g.tokens)
+  np.testing.assert_array_equal(j.decoder_calls, g.decoder_calls)
+
+
+def test_no_eos_runs_to_the_cap_exactly():
+  seqs = np.array([[A, B] * 6])
+  out = jacobi.pj_decode(positional_step(seqs), stub_cache(1, 16), 1, 8)
+  np.testing.assert_array_equal(out.tokens, [[A, B] * 4])
+
+
+@pytest.mark.parametrize('seed', range(6))
+@pytest.mark.parametrize('batch', [1, 4])
+def test_every_jacobi_variant_equals_greedy_on_random_models(seed, batch):
+  model, params = random_model(seed)
+  rng = np.random.default_rng(100 + seed)
+  source_len = int(rng.integers(2, 12))
+  source = rng.integers(4, 40, (batch, source_len))
+  source[:, -1] = EOS_ID
+  eos_after = rng.integers(1, 20, batch)  # varied EOS positions, some past the cap
+  step_fn = model_step(model, params, jnp.array(source), eos_after)
+  max_len = 16
+  g = greedy.greedy_search(step_fn, models.init_cache(model.config, batch, max_len), batch, max_len)
+  variants = {
+      'pj': lambda c: jacobi.pj_decode(step_fn, c, batch, max_len),
+      'pgj2': lambda c: jacobi.pgj_decode(step_fn, c, batch, max_len, 2),
+      'pgj3': lambda c: jacobi.pgj_decode(step_fn, c, batch, max_len, 3),
+      'pgj5': lambda c: jacobi.pgj_decode(step_fn, c, batch, max_len, 5),
+      'hgj3': lambda c: jacobi.hgj_decode(step_fn, c, batch, max_len, 3, parallel_length=5),
+  }
+  for name, run in variants.items():
+    out = run(models.init_cache(model.config, batch, 2 * max_len))
+    np.testing.assert_array_equal(out.tokens, g.tokens, err_msg=name)
+    assert (np.asarray(out.decoder_calls) <= np.asarray(g.decoder_calls)).all(), name
+    assert int(out.loop_iterations) <= int(g.loop_iterations), name
+
+
+def test_bad_settings_give_clear_errors():
+  cache = stub_cache(1, 20)
+  step_fn = markov_step(np.zeros(16, int))
+  with pytest.raises(ValueError, match='block_size'):
+    jacobi.pgj_decode(step_fn, cache, 1, 8, 0)
+  with pytest.raises(ValueError, match='parallel_length'):
+    jacobi.hgj_decode(step_fn, cache, 1, 8, 3, parallel_length=9)
+  with pytest.raises(ValueError, match='cache has'):
+    jacobi.pgj_decode(step_fn, stub_cache(1, 9), 1, 8, 3)

@@ -1,0 +1,97 @@
+"""The model's decoder step: cached == uncached, multi-position writes at per-row offsets, positions of any sign."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import random_model, tiny_model_config
+from fastmt import layers, models
+
+
+def test_sinusoidal_positions_any_sign():
+  enc = layers.sinusoidal_positions(jnp.array([-3, 0, 3]), 8)
+  half = 4
+  np.testing.assert_allclose(enc[0, :half], -enc[2, :half], atol=1e-6)  # sin is odd
+  np.testing.assert_allclose(enc[0, half:], enc[2, half:], atol=1e-6)  # cos is even
+  np.testing.assert_allclose(enc[1], [0] * half + [1] * half)
+
+
+def test_write_at_offsets_worked_example():
+  cache = jnp.zeros((2, 5), jnp.int32)
+  new = jnp.array([[1, 2], [3, 4]])
+  out = layers.write_at_offsets(cache, new, jnp.array([0, 3]))
+  np.testing.assert_array_equal(out, [[1, 2, 0, 0, 0], [0, 0, 0, 3, 4]])
+
+
+def _full_and_memory(model, params, source, target_in):
+  full = model.apply({'params': params}, source, target_in)
+  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+  memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+  return full, memory
+
+
+def _decode(model, params, tokens, positions, mask, memory, cache, offsets):
+  return model.apply({'params': params}, tokens, positions, mask, memory, cache, offsets,
+                     method=models.Transformer.decode)
+
+
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_cached_step_by_step_equals_full_pass(seed):
+  model, params = random_model(seed)
+  rng = np.random.default_rng(seed)
+  source = jnp.array(np.concatenate([rng.integers(4, 40, (3, 7)), np.zeros((3, 2), int)], 1))
+  target_in = jnp.array(rng.integers(4, 40, (3, 9)))
+  full, memory = _full_and_memory(model, params, source, target_in)
+  cache = models.init_cache(model.config, 3, 12)
+  steps = []
+  for t in range(9):
+    offsets = jnp.full((3,), t)
+    logits, _, cache = _decode(model, params, target_in[:, t:t + 1], offsets[:, None],
+                               models.cache_causal_mask(offsets, 1, 12), memory, cache, offsets)
+    steps.append(logits)
+  np.testing.assert_allclose(jnp.concatenate(steps, 1), full, atol=1e-4, rtol=1e-4)
+
+
+def test_multi_position_writes_at_per_row_offsets():
+  """Rows at different offsets, several positions per call, earlier slots overwritten: still exact."""
+  model, params = random_model(3)
+  rng = np.random.default_rng(3)
+  source = jnp.array(rng.integers(4, 40, (2, 6)))
+  target_in = jnp.array(rng.integers(4, 40, (2, 8)))
+  full, memory = _full_and_memory(model, params, source, target_in)
+  cache = models.init_cache(model.config, 2, 10)
+  # Prefill 4 positions of both rows, with garbage in row 0's slots 2-3 (as a rejected Jacobi guess).
+  garbage = target_in.at[0, 2:4].set(7)
+  zeros = jnp.zeros((2,), jnp.int32)
+  _, _, cache = _decode(model, params, garbage[:, :4], jnp.tile(jnp.arange(4), (2, 1)),
+                        models.cache_causal_mask(zeros, 4, 10), memory, cache, zeros)
+  # Then 3 positions per row at offsets [2, 4]: row 0 rewrites slots 2-4, row 1 continues at 4-6.
+  offsets = jnp.array([2, 4])
+  tokens = jnp.stack([target_in[0, 2:5], target_in[1, 4:7]])
+  positions = offsets[:, None] + jnp.arange(3)
+  logits, _, _ = _decode(model, params, tokens, positions, models.cache_causal_mask(offsets, 3, 10), memory,
+                         cache, offsets)
+  np.testing.assert_allclose(logits[0], full[0, 2:5], atol=1e-4, rtol=1e-4)
+  np.testing.assert_allclose(logits[1], full[1, 4:7], atol=1e-4, rtol=1e-4)
+
+
+def test_source_padding_does_not_change_the_encoding():
+  model, params = random_model(4)
+  source = jnp.array([[5, 6, 7, 1]])
+  padded = jnp.array([[5, 6, 7, 1, 0, 0, 0]])
+  a = model.apply({'params': params}, source, method=models.Transformer.encode)
+  b = model.apply({'params': params}, padded, method=models.Transformer.encode)
+  np.testing.assert_allclose(a[0], b[0, :4], atol=1e-5)
+
+
+def test_deep_encoder_shallow_decoder_is_one_config_away():
+  model, params = random_model(0, tiny_model_config(num_encoder_layers=4, num_decoder_layers=1))
+  names = set(params)
+  assert {'encoder_3', 'decoder_0'} <= names and 'decoder_1' not in names
+
+
+def test_model_config_rejects_unknown_keys():
+  from fastmt.config import ModelConfig
+  with pytest.raises(ValueError, match='Unknown model config keys'):
+    ModelConfig.from_config({'emb_dim': 32, 'num_heads': 4, 'embdim': 3}, vocab_size=10)

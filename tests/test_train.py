@@ -1,0 +1,83 @@
+"""Training on the tiny config: the loss falls, runs are reproducible, a crashed run resumes to the same
+parameters, and workdirs from another config fail with one clear error."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from fastmt import train_lib
+from fastmt.data import batching
+
+
+def _history(workdir):
+  with open(os.path.join(workdir, 'train_history.jsonl')) as f:
+    return [json.loads(line) for line in f]
+
+
+def _losses(workdir):
+  return [h['train_loss'] for h in _history(workdir) if 'train_loss' in h]
+
+
+def test_training_lowers_the_loss_and_reports_validation(trained_workdir):
+  losses = _losses(trained_workdir)
+  assert losses[-1] < losses[0] - 0.5
+  validation = [h for h in _history(trained_workdir) if 'valid_nll' in h]
+  assert validation and all(np.isfinite(h['valid_nll']) and 'valid_bleu' in h for h in validation)
+  assert os.listdir(os.path.join(trained_workdir, 'tensorboard'))
+
+
+def test_two_runs_with_one_seed_give_identical_losses(trained_workdir, tiny_config, tmp_path):
+  train_lib.train_and_evaluate(tiny_config, str(tmp_path))
+  assert _losses(str(tmp_path)) == _losses(trained_workdir)
+
+
+def test_save_restore_gives_identical_parameters(trained_workdir, tiny_config, tmp_path):
+  state = train_lib.train_and_evaluate(tiny_config, str(tmp_path))  # resumes at the end: no new steps
+  model_config = train_lib.load_model_config(trained_workdir)
+  params, step = train_lib.restore_params(trained_workdir, model_config)
+  assert step == tiny_config.num_train_steps
+  jax.tree_util.tree_map(np.testing.assert_array_equal, params, state.params)
+
+
+class Crash(Exception):
+  pass
+
+
+def test_a_crashed_run_resumes_to_the_same_parameters(trained_workdir, tiny_config, tmp_path, monkeypatch):
+  """Die after step 12 (checkpoint at 10), restart: same final parameters as the uninterrupted run."""
+  original = batching.TrainBatches.batch
+
+  def dying_batch(self, step):
+    if step == 12:
+      raise Crash()
+    return original(self, step)
+
+  monkeypatch.setattr(batching.TrainBatches, 'batch', dying_batch)
+  with pytest.raises(Crash):
+    train_lib.train_and_evaluate(tiny_config, str(tmp_path))
+  monkeypatch.setattr(batching.TrainBatches, 'batch', original)
+  resumed = train_lib.train_and_evaluate(tiny_config, str(tmp_path))
+  model_config = train_lib.load_model_config(trained_workdir)
+  reference, _ = train_lib.restore_params(trained_workdir, model_config)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.params, reference)
+
+
+def test_a_workdir_of_another_config_is_one_clear_error(trained_workdir, tiny_config):
+  other = tiny_config.copy_and_resolve_references()
+  other.model.emb_dim = 48
+  with pytest.raises(ValueError, match='another model config.*emb_dim'):
+    train_lib.train_and_evaluate(other, trained_workdir)
+
+
+def test_restoring_into_another_model_is_one_clear_error(trained_workdir):
+  model_config = train_lib.load_model_config(trained_workdir)
+  with pytest.raises(ValueError, match='does not match its model config'):
+    train_lib.restore_params(trained_workdir, model_config.replace(mlp_dim=128))
+
+
+def test_a_missing_checkpoint_is_one_clear_error(tmp_path):
+  with pytest.raises(FileNotFoundError, match='not a train.py work directory'):
+    train_lib.load_model_config(str(tmp_path))
