@@ -22,7 +22,7 @@ import numpy as np
 import sacrebleu
 
 from fastmt.data import corpus, pipeline
-from fastmt import train_lib
+from fastmt import roofline, train_lib
 from fastmt.translate import DecodeSettings, Translator
 
 DEFAULT_METHODS = ('greedy', 'beam:4', 'pj', 'pgj:3', 'pgj:5', 'hgj:3')
@@ -62,22 +62,27 @@ class MethodResult:
 
 
 def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, batch_size: int = 32,
-                  speed_sentences: int = 100, repeats: int = 3, log=print):
-  """Returns (list of MethodResult, dict of environment facts, dict of hypotheses by method)."""
+                  speed_sentences: int = 100, large_batch_sentences: int = 256, repeats: int = 3,
+                  exactness_at_batch1: bool = True, log=print):
+  """Returns (list of MethodResult, dict of environment facts, dict of hypotheses by method).
+
+  Quality, exactness and decoder calls use every sentence (at batch_size, and at batch 1 when
+  exactness_at_batch1); the timed repeats use the first large_batch_sentences at batch_size and the first
+  speed_sentences at batch 1, every shape compiled beforehand.
+  """
   model_config = train_lib.load_model_config(workdir)
   params, step = train_lib.restore_params(workdir, model_config)
   tokenizer = pipeline.load_tokenizer(workdir)
   translators = {label: Translator(model_config, params, tokenizer, settings)
                  for label, settings in map(parse_method, methods)}
   results = {label: MethodResult(label) for label in translators}
-  hypotheses, calls = {}, {}
+  hypotheses, hypotheses_b1 = {}, {}
 
-  # Quality, exactness and decoder calls: the whole set at the large batch. The first pass compiles.
+  # Quality, exactness and decoder calls over the whole set. The first pass also compiles.
   for label, translator in translators.items():
     start = time.perf_counter()
     hypotheses[label], stats = translator.translate(sources, batch_size)
-    results[label].compile_s = time.perf_counter() - start  # corrected below with the timed passes
-    calls[label] = stats
+    results[label].compile_s = time.perf_counter() - start  # minus the compiled pass's time, below
     r = results[label]
     r.decoder_calls_per_sentence = stats.decoder_calls / max(1, stats.sentences - stats.empty_inputs)
     r.tokens_per_call = (stats.output_tokens + stats.sentences - stats.outputs_at_cap - stats.empty_inputs) / max(
@@ -85,23 +90,34 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
     if references is not None:
       r.bleu = sacrebleu.corpus_bleu(hypotheses[label], [references]).score
       r.chrf = sacrebleu.corpus_chrf(hypotheses[label], [references]).score
+    log(f'{label}: BLEU {r.bleu:.2f} chrF {r.chrf:.2f} calls/sentence {r.decoder_calls_per_sentence:.2f} '
+        f'({time.perf_counter() - start:.0f} s)')
+    if exactness_at_batch1 and not label.startswith('beam'):
+      hypotheses_b1[label], _ = translator.translate(sources, 1)
   if 'greedy' in hypotheses:
     for label in translators:
       same = sum(a == b for a, b in zip(hypotheses[label], hypotheses['greedy']))
       results[label].identical_to_greedy = f'{same}/{len(sources)}'
+      if label in hypotheses_b1:
+        same_b1 = sum(a == b for a, b in zip(hypotheses_b1[label], hypotheses_b1['greedy']))
+        results[label].identical_to_greedy += f' (b1: {same_b1}/{len(sources)})'
 
-  # Large-batch throughput, methods interleaved per repeat.
+  # Large-batch throughput, methods interleaved per repeat (every shape already compiled above).
+  subset = sources[:large_batch_sentences]
+  for translator in translators.values():
+    translator.translate(subset, batch_size)
   large = {label: [] for label in translators}
   for rep in range(repeats):
     for label in _rotated(list(translators), rep):
       start = time.perf_counter()
-      translators[label].translate(sources, batch_size)
+      translators[label].translate(subset, batch_size)
       large[label].append(time.perf_counter() - start)
   for label, times in large.items():
     median = statistics.median(times)
-    results[label].compile_s = max(0.0, results[label].compile_s - median)
-    results[label].sentences_per_s = len(sources) / median
-    results[label].words_per_s = source_words(sources) / median
+    results[label].compile_s = max(0.0, results[label].compile_s - median * len(sources) / len(subset))
+    results[label].sentences_per_s = len(subset) / median
+    results[label].words_per_s = source_words(subset) / median
+  log('large batch timed')
 
   # Batch 1 on the first speed_sentences sentences: compile their shapes first, then interleave.
   subset = sources[:speed_sentences]
@@ -123,9 +139,10 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
 
   environment = {
       'workdir': workdir, 'checkpoint_step': step, 'model_config': dataclasses.asdict(model_config),
-      'sentences': len(sources), 'speed_sentences': len(subset), 'batch_size': batch_size,
-      'repeats': repeats, 'nproc': os.cpu_count(), 'cpu': _cpu_model(), 'jax': jax.__version__,
-      'device': str(jax.devices()[0]), 'date': time.strftime('%Y-%m-%d'), 'python': platform.python_version(),
+      'sentences': len(sources), 'speed_sentences': len(subset), 'large_batch_sentences': large_batch_sentences,
+      'batch_size': batch_size, 'repeats': repeats, 'nproc': os.cpu_count(), 'cpu': _cpu_model(),
+      'jax': jax.__version__, 'device': str(jax.devices()[0]), 'date': time.strftime('%Y-%m-%d'),
+      'python': platform.python_version(),
   }
   if references is not None:
     environment['bleu_signature'] = str(sacrebleu.BLEU().get_signature())
@@ -167,9 +184,31 @@ flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to transla
 flags.DEFINE_list('methods', list(DEFAULT_METHODS), 'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L].')
 flags.DEFINE_integer('batch_size', 32, 'The large batch.')
 flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed at batch 1.')
+flags.DEFINE_integer('large_batch_sentences', 256, 'Sentences timed at --batch_size.')
+flags.DEFINE_bool('exactness_at_batch1', True, 'Also translate the whole set at batch 1 to check exactness.')
 flags.DEFINE_integer('repeats', 3, 'Timed repeats (median reported).')
 flags.DEFINE_integer('limit', 0, 'Translate only the first N sentences of the split (0 = all).')
 flags.DEFINE_string('output_dir', None, 'Where to write results.json, table.md and hypotheses.')
+
+
+def _greedy_floor(workdir, sources, results):
+  """Batch-1 greedy ms/token against the bandwidth/compute floor measured on this machine."""
+  greedy = next((r for r in results if r.method == 'greedy'), None)
+  if greedy is None:
+    return {}
+  model_config = train_lib.load_model_config(workdir)
+  tokenizer = pipeline.load_tokenizer(workdir)
+  subset = sources[:FLAGS.speed_sentences]
+  source_len = float(np.mean([len(x) + 1 for x in tokenizer.encode(subset)]))
+  bandwidth, peak = roofline.measure_bandwidth_gb_s(), roofline.measure_peak_gflop_s()
+  floor = roofline.floor_ms_per_token(model_config, int(source_len), int(greedy.decoder_calls_per_sentence),
+                                      bandwidth, peak)
+  ms_per_token = greedy.ms_per_sentence_b1 / greedy.decoder_calls_per_sentence
+  params, _ = train_lib.restore_params(workdir, model_config)
+  curves = {f'step_cost_ms_b{b}': roofline.step_cost_curve(model_config, params, batch_size=b,
+                                                           source_length=int(source_len)) for b in (1, 32)}
+  return {**floor, 'bandwidth_gb_s': bandwidth, 'peak_gflop_s': peak, 'greedy_ms_per_token_b1': ms_per_token,
+          'times_the_floor': ms_per_token / floor['floor_ms_per_token'], **curves}
 
 
 def main(argv):
@@ -179,11 +218,15 @@ def main(argv):
   sources, references = data.sources, data.targets
   if FLAGS.limit:
     sources, references = sources[:FLAGS.limit], references[:FLAGS.limit]
-  results, environment, hypotheses = run_benchmark(FLAGS.workdir, sources, references, FLAGS.methods,
-                                                   FLAGS.batch_size, FLAGS.speed_sentences, FLAGS.repeats)
+  results, environment, hypotheses = run_benchmark(
+      FLAGS.workdir, sources, references, FLAGS.methods, FLAGS.batch_size, FLAGS.speed_sentences,
+      FLAGS.large_batch_sentences, FLAGS.repeats, FLAGS.exactness_at_batch1)
   table = format_table(results)
   print(table)
   print(json.dumps(environment, indent=1))
+  floor = _greedy_floor(FLAGS.workdir, sources, results)
+  print(json.dumps(floor, indent=1))
+  environment['greedy_floor'] = floor
   if FLAGS.output_dir:
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     with open(os.path.join(FLAGS.output_dir, 'results.json'), 'w') as f:

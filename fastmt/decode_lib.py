@@ -32,18 +32,9 @@ class DecodeReport:
 
 
 def read_input(path: str, errors: str) -> list[str]:
+  """Lines of a file, or of stdin for '-'; invalid UTF-8 is an error naming the line (or U+FFFD)."""
   if path == '-':
-    data = sys.stdin.buffer.read()
-    lines = data.split(b'\n')
-    if lines and lines[-1] == b'':
-      lines.pop()
-    out = []
-    for number, raw in enumerate(lines, start=1):
-      try:
-        out.append(raw.decode('utf-8', errors=errors).rstrip('\r'))
-      except UnicodeDecodeError as e:
-        raise ValueError(f'stdin:{number}: invalid UTF-8 ({e.reason}); pass --input_errors=replace') from None
-    return out
+    return corpus.decode_lines(sys.stdin.buffer.read(), 'stdin', errors)
   return corpus.read_lines(path, errors=errors)
 
 

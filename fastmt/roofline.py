@@ -15,30 +15,29 @@ import numpy as np
 from fastmt.config import ModelConfig
 
 
+def median_seconds(fn, repeats: int) -> float:
+  """Median wall-clock seconds of fn() after one untimed (compiling) call; each call blocked until ready."""
+  jax.block_until_ready(fn())
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
 def measure_bandwidth_gb_s(megabytes: int = 256, repeats: int = 5) -> float:
   """Read+write bandwidth of an elementwise pass over a large float32 array (GB/s)."""
   x = jnp.ones((megabytes * 2**20 // 4,), jnp.float32)
   f = jax.jit(lambda a: a * 1.0001 + 1.0)
-  jax.block_until_ready(f(x))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(f(x))
-    times.append(time.perf_counter() - start)
-  return 2 * x.nbytes / statistics.median(times) / 1e9
+  return 2 * x.nbytes / median_seconds(lambda: f(x), repeats) / 1e9
 
 
 def measure_peak_gflop_s(n: int = 2048, repeats: int = 5) -> float:
   """float32 matmul throughput (GFLOP/s), the practical compute peak of XLA on this machine."""
   a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), jnp.float32)
   f = jax.jit(lambda x: x @ x)
-  jax.block_until_ready(f(a))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(f(a))
-    times.append(time.perf_counter() - start)
-  return 2 * n**3 / statistics.median(times) / 1e9
+  return 2 * n**3 / median_seconds(lambda: f(a), repeats) / 1e9
 
 
 def decoder_step_cost(config: ModelConfig, source_length: int, target_length: int):
@@ -59,3 +58,37 @@ def floor_ms_per_token(config: ModelConfig, source_length: int, target_length: i
   compute_ms = flops / (peak_gflop_s * 1e9) * 1e3
   return {'bytes_per_step': bytes_read, 'flops_per_step': flops, 'memory_floor_ms': memory_ms,
           'compute_floor_ms': compute_ms, 'floor_ms_per_token': max(memory_ms, compute_ms)}
+
+
+def step_cost_curve(config: ModelConfig, params, widths=(1, 2, 3, 5, 8, 16, 32, 64), batch_size: int = 1,
+                    source_length: int = 40, calls: int = 32, repeats: int = 5) -> dict[int, float]:
+  """Milliseconds per decoder call with n new positions (batch_size rows), inside one compiled loop.
+
+  What the Jacobi decoders trade on: an iteration over a window of n costs step_cost(n), greedy pays
+  step_cost(1) per token, so a window pays off when tokens accepted per call exceed step_cost(n) / step_cost(1).
+  """
+  from fastmt import models  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import make_step_fn  # pylint: disable=g-import-not-at-top
+  model = models.Transformer(config)
+  source = jnp.full((batch_size, source_length), 5, jnp.int32)
+  cache_length = 2 * max(widths) + 8
+  costs = {}
+  for width in widths:
+    def run(params, source):
+      encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+      memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+      step_fn = make_step_fn(model, params, memory)
+      cache = models.init_cache(config, batch_size, cache_length)
+      tokens = jnp.full((batch_size, width), 5, jnp.int32)
+
+      def body(i, carry):
+        cache, checksum = carry
+        offsets = jnp.full((batch_size,), i % 8, jnp.int32)
+        positions = offsets[:, None] + jnp.arange(width)[None, :]
+        mask = models.cache_causal_mask(offsets, width, cache_length)
+        logits, cache = step_fn(tokens, positions, mask, cache, offsets)
+        return cache, checksum + jnp.argmax(logits[:, -1], -1).sum()
+      return jax.lax.fori_loop(0, calls, body, (cache, jnp.int32(0)))[1]
+    fn = jax.jit(run)
+    costs[width] = 1000 * median_seconds(lambda: fn(params, source), repeats) / calls
+  return costs

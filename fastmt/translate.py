@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import logging
 import math
-import time
 
 import jax
 import jax.numpy as jnp
@@ -133,13 +132,3 @@ class Translator:
     if stats.outputs_at_cap:
       logging.warning('%d outputs reached the output cap without EOS', stats.outputs_at_cap)
     return outputs, stats
-
-
-def time_call(fn, repeats: int) -> list[float]:
-  """Wall-clock seconds of `repeats` calls of fn() (each blocked until ready)."""
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return times

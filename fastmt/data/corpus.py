@@ -38,7 +38,12 @@ def read_lines(path: str, errors: str = 'strict') -> list[str]:
   substitutes U+FFFD (documented, for messy user data).
   """
   with open(path, 'rb') as f:
-    raw_lines = f.read().split(b'\n')
+    return decode_lines(f.read(), path, errors)
+
+
+def decode_lines(data: bytes, name: str, errors: str = 'strict') -> list[str]:
+  """Splits UTF-8 bytes into lines as read_lines does; `name` labels errors ('stdin', a path)."""
+  raw_lines = data.split(b'\n')
   if raw_lines and raw_lines[-1] == b'':
     raw_lines.pop()  # the newline that ends the last line does not start another sentence
   lines = []
@@ -46,7 +51,7 @@ def read_lines(path: str, errors: str = 'strict') -> list[str]:
     try:
       lines.append(raw.decode('utf-8', errors=errors).rstrip('\r'))
     except UnicodeDecodeError as e:
-      raise ValueError(f'{path}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); '
+      raise ValueError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); '
                        'fix the file or pass --input_errors=replace') from None
   return lines
 

@@ -1,0 +1,70 @@
+"""Clustered vocabulary projection: exact where it must be, the paper's worked example, fallbacks."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fastmt import projection
+from fastmt.data.tokenizer import EOS_ID
+from fastmt.layers import NEG_INF
+
+V, E = 12, 8
+
+
+def _weights(seed=0):
+  rng = np.random.default_rng(seed)
+  return jnp.asarray(rng.standard_normal((V, E)), jnp.float32), jnp.asarray(rng.standard_normal((5, E)), jnp.float32)
+
+
+def test_one_cluster_holding_every_token_equals_dense():
+  embedding, hidden = _weights()
+  clusters = projection.build_clusters(hidden, np.tile(np.arange(V), (5, 1)), hidden[:1], V)
+  logits, overflowed = projection.clustered_logits(hidden, embedding, clusters)
+  assert not bool(overflowed)
+  dense = projection.dense_logits(hidden, embedding)
+  np.testing.assert_allclose(logits, dense, atol=1e-5)  # a gathered matmul may re-associate sums
+  np.testing.assert_array_equal(jnp.argmax(logits, -1), jnp.argmax(dense, -1))
+
+
+def test_paper_worked_example_union_of_active_sets():
+  """Clusters {2,4,6}, {2,8,9}, {1,3} all hit: columns {1,2,3,4,6,8,9} (EOS = 1 is always active)."""
+  centroids = jnp.eye(3, E)
+  active = jnp.array([[2, 4, 6], [2, 8, 9], [1, 3, V]])
+  clusters = projection.Clusters(centroids, (centroids**2).sum(-1), active, V, capacity=8)
+  hidden = centroids * 5.0  # each state nearest to its own centroid
+  indices, count = projection.active_columns(hidden, clusters)
+  assert int(count) == 7
+  np.testing.assert_array_equal(indices, [1, 2, 3, 4, 6, 8, 9, V])
+  embedding, _ = _weights()
+  logits, _ = projection.clustered_logits(hidden, embedding, clusters)
+  dense = projection.dense_logits(hidden, embedding)
+  on = np.zeros(V, bool)
+  on[[1, 2, 3, 4, 6, 8, 9]] = True
+  np.testing.assert_allclose(np.asarray(logits)[:, on], np.asarray(dense)[:, on], atol=1e-5)
+  assert (np.asarray(logits)[:, ~on] == NEG_INF).all()
+
+
+def test_overflow_falls_back_to_dense():
+  embedding, hidden = _weights(1)
+  clusters = projection.build_clusters(hidden, np.tile(np.arange(V), (5, 1)), hidden[:1], V, capacity=4)
+  logits, overflowed = projection.clustered_logits(hidden, embedding, clusters)
+  assert bool(overflowed)
+  np.testing.assert_allclose(logits, projection.dense_logits(hidden, embedding), rtol=1e-6)
+
+
+def test_an_empty_active_set_still_gives_a_valid_token():
+  embedding, hidden = _weights(2)
+  clusters = projection.Clusters(hidden[:1], (hidden[:1]**2).sum(-1), jnp.full((1, 3), V), V, capacity=4)
+  logits, _ = projection.clustered_logits(hidden, embedding, clusters)
+  assert np.isfinite(np.asarray(jax.nn.softmax(logits))).all()
+  np.testing.assert_array_equal(jnp.argmax(logits, -1), [EOS_ID] * 5)
+
+
+def test_kmeans_recovers_separated_clusters():
+  rng = np.random.default_rng(0)
+  centres = np.array([[10.0, 0], [0, 10.0], [-10.0, -10.0]])
+  points = np.concatenate([c + rng.standard_normal((50, 2)) for c in centres])
+  for batch_size in (None, 64):
+    found = np.asarray(projection.fit_kmeans(points, 3, iterations=30, batch_size=batch_size, seed=1))
+    nearest = np.linalg.norm(found[:, None] - centres[None], axis=-1).min(0)
+    assert (nearest < 1.0).all(), (batch_size, found)
