@@ -7,6 +7,7 @@ r"""Translates a file (or stdin) with a trained fastmt model, in input order; sc
 """
 
 import dataclasses
+import os
 import sys
 
 from absl import app, flags, logging
@@ -24,6 +25,10 @@ flags.DEFINE_integer('beam_size', 4, 'Beam size for --algorithm=beam.')
 flags.DEFINE_float('alpha', 0.6, 'Beam search length penalty.')
 flags.DEFINE_integer('block_size', 3, 'Jacobi block size b (pgj, hgj).')
 flags.DEFINE_integer('parallel_length', 0, 'HGJ parallel length l (0 = the output cap).')
+flags.DEFINE_enum('projection', 'dense', ['dense', 'clustered'], 'Output projection.')
+flags.DEFINE_string('clusters', None, 'Clusters directory for --projection=clustered '
+                    '(made by python -m fastmt.clusters_lib; default <workdir>/clusters/<direction>).')
+flags.DEFINE_string('direction', 'en_de', 'Language direction, for the default --clusters path.')
 flags.DEFINE_integer('batch_size', 32, 'Sentences per batch.')
 flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed one by one for ms/sentence (0 = skip).')
 flags.DEFINE_enum('input_errors', 'strict', ['strict', 'replace'],
@@ -41,7 +46,10 @@ def main(argv):
                             block_size=FLAGS.block_size, parallel_length=FLAGS.parallel_length)
   sources = decode_lib.read_input(FLAGS.input, FLAGS.input_errors)
   references = decode_lib.read_input(FLAGS.reference, 'replace') if FLAGS.reference else None
-  translator = decode_lib.load_translator(FLAGS.workdir, settings)
+  clusters_dir = None
+  if FLAGS.projection == 'clustered':
+    clusters_dir = FLAGS.clusters or os.path.join(FLAGS.workdir, 'clusters', FLAGS.direction)
+  translator = decode_lib.load_translator(FLAGS.workdir, settings, clusters_dir)
   hypotheses, report = decode_lib.translate_and_measure(translator, sources, references, FLAGS.batch_size,
                                                         FLAGS.speed_sentences)
   decode_lib.write_lines(FLAGS.output, hypotheses)

@@ -78,4 +78,6 @@ def get_config():
   # Checkpoint every this many steps (and at the end); keep the newest max_checkpoints_to_keep.
   config.checkpoint_every_steps = 200
   config.max_checkpoints_to_keep = 3
+  # Also keep the checkpoint with the best validation BLEU in <workdir>/best_checkpoint.
+  config.keep_best_checkpoint = False
   return config

@@ -25,4 +25,5 @@ def get_config():
   config.eval_every_steps = 10
   config.eval_bleu_sentences = 8
   config.checkpoint_every_steps = 5
+  config.keep_best_checkpoint = True
   return config

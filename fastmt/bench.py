@@ -88,8 +88,10 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
     r.tokens_per_call = (stats.output_tokens + stats.sentences - stats.outputs_at_cap - stats.empty_inputs) / max(
         1, stats.decoder_calls)
     if references is not None:
-      r.bleu = sacrebleu.corpus_bleu(hypotheses[label], [references]).score
-      r.chrf = sacrebleu.corpus_chrf(hypotheses[label], [references]).score
+      bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
+      r.bleu = bleu.corpus_score(hypotheses[label], [references]).score
+      r.chrf = chrf.corpus_score(hypotheses[label], [references]).score
+      signatures = {'bleu_signature': str(bleu.get_signature()), 'chrf_signature': str(chrf.get_signature())}
     log(f'{label}: BLEU {r.bleu:.2f} chrF {r.chrf:.2f} calls/sentence {r.decoder_calls_per_sentence:.2f} '
         f'({time.perf_counter() - start:.0f} s)')
     if exactness_at_batch1 and not label.startswith('beam'):
@@ -145,8 +147,7 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
       'python': platform.python_version(),
   }
   if references is not None:
-    environment['bleu_signature'] = str(sacrebleu.BLEU().get_signature())
-    environment['chrf_signature'] = str(sacrebleu.CHRF().get_signature())
+    environment.update(signatures)  # a metric's signature exists only once it has scored something
   return list(results.values()), environment, hypotheses
 
 

@@ -38,11 +38,21 @@ def read_input(path: str, errors: str) -> list[str]:
   return corpus.read_lines(path, errors=errors)
 
 
-def load_translator(workdir: str, settings: DecodeSettings) -> Translator:
+def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | None = None) -> Translator:
+  """The workdir's latest checkpoint as a Translator; clusters_dir selects the clustered output projection
+  (a direction without clusters falls back to the dense projection with a warning)."""
   model_config = train_lib.load_model_config(workdir)
   params, step = train_lib.restore_params(workdir, model_config)
   logging.info('Loaded %s step %d', workdir, step)
-  return Translator(model_config, params, pipeline.load_tokenizer(workdir), settings)
+  tokenizer = pipeline.load_tokenizer(workdir)
+  clusters = None
+  if clusters_dir:
+    from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
+    try:
+      clusters = clusters_lib.load_clusters(clusters_dir, model_config, tokenizer)
+    except FileNotFoundError as e:
+      logging.warning('%s: using the dense projection for this direction', e)
+  return Translator(model_config, params, tokenizer, settings, clusters)
 
 
 def translate_and_measure(translator: Translator, sources, references=None, batch_size: int = 32,

@@ -120,7 +120,7 @@ class Transformer(nn.Module):
     return {'k': tuple(k for k, _ in kvs), 'v': tuple(v for _, v in kvs), 'mask': source != PAD_ID}
 
   def decode(self, tokens, positions, self_mask, memory: Memory, cache: Cache | None = None,
-             write_offsets=None, deterministic: bool = True):
+             write_offsets=None, deterministic: bool = True, return_logits: bool = True):
     """One decoder call over T target positions.
 
     Args:
@@ -128,6 +128,8 @@ class Transformer(nn.Module):
       self_mask: bool [B, T, K], K = M cache slots (with a cache) or T (without).
       memory: from `memory()`.
       cache: optional self-attention cache; tokens' keys/values are written at write_offsets [B].
+      return_logits: False skips the tied output projection (logits None) for callers that project the
+        hidden states themselves (the clustered projection).
     Returns:
       logits float32 [B, T, V], hidden [B, T, E] (final-LayerNorm output), updated cache (or None).
     """
@@ -142,7 +144,7 @@ class Transformer(nn.Module):
         new_k.append(layer_cache[0])
         new_v.append(layer_cache[1])
     hidden = self.decoder_norm(x)
-    logits = self.embed.attend(hidden.astype(jnp.float32))
+    logits = self.embed.attend(hidden.astype(jnp.float32)) if return_logits else None
     new_cache = None if cache is None else {'k': tuple(new_k), 'v': tuple(new_v)}
     return logits, hidden, new_cache
 

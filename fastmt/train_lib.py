@@ -32,6 +32,7 @@ from fastmt.translate import DecodeSettings, Translator
 MODEL_CONFIG_FILE = 'model_config.json'
 TRAIN_CONFIG_FILE = 'config.json'  # the whole training config, so tools can find the dataset of a workdir
 CHECKPOINT_DIR = 'checkpoints'
+BEST_CHECKPOINT_DIR = 'best_checkpoint'  # optional: the best validation BLEU so far (config.keep_best_checkpoint)
 
 
 class TrainState(train_state.TrainState):
@@ -140,15 +141,23 @@ def load_model_config(workdir: str) -> ModelConfig:
     return ModelConfig.from_json(f.read())
 
 
-def checkpoint_manager(workdir: str, config=None) -> ocp.CheckpointManager:
+def checkpoint_manager(workdir: str, config=None, best: bool = False) -> ocp.CheckpointManager:
+  """The keep-last-N manager that resuming uses, or (best=True) the keep-the-best-validation-BLEU one.
+
+  Two managers, because one manager that keeps the N best could delete the latest step a resume needs.
+  """
+  if best:
+    options = ocp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda m: m['valid_bleu'], best_mode='max',
+                                           create=True)
+    return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, BEST_CHECKPOINT_DIR)), options=options)
   options = ocp.CheckpointManagerOptions(
       max_to_keep=config.max_checkpoints_to_keep if config else None, create=True)
   return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)), options=options)
 
 
-def restore_params(workdir: str, model_config: ModelConfig, step: int | None = None):
-  """Parameters of the latest (or given) checkpoint of a work directory, checked against its config."""
-  manager = checkpoint_manager(workdir)
+def restore_params(workdir: str, model_config: ModelConfig, step: int | None = None, best: bool = False):
+  """Parameters of the latest (or given, or best-validation) checkpoint of a workdir, checked against its config."""
+  manager = checkpoint_manager(workdir, best=best)
   step = manager.latest_step() if step is None else step
   if step is None:
     raise FileNotFoundError(f'No checkpoint under {os.path.join(workdir, CHECKPOINT_DIR)}')
@@ -202,6 +211,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
 
   state = jax.device_put(initial_state(model_config, config), replicated)
   manager = checkpoint_manager(workdir, config)
+  best_manager = checkpoint_manager(workdir, best=True) if config.get('keep_best_checkpoint') else None
   if manager.latest_step() is not None:
     state = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
     tqdm.tqdm.write(f'Resumed from step {int(state.step)} of {workdir}')
@@ -245,10 +255,14 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
       progress.write(f'step {done}: ' + ', '.join(f'{k} {v:.3f}' for k, v in val.items()))
       _write(writer, done, val)
       _append_history(workdir, {'step': done, **val})
+      if best_manager is not None and 'valid_bleu' in val:
+        best_manager.save(done, args=ocp.args.StandardSave(state), metrics=val)
       window['start'] = time.perf_counter()  # validation time is not training throughput
     if done % config.checkpoint_every_steps == 0 or done == config.num_train_steps:
       manager.save(done, args=ocp.args.StandardSave(state))
   manager.wait_until_finished()
+  if best_manager is not None:
+    best_manager.wait_until_finished()
   progress.close()
   return state
 

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fastmt import models
+from fastmt import models, projection
 from fastmt.config import ModelConfig
 from fastmt.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from fastmt.decoding import registry
@@ -50,11 +50,17 @@ class TranslationStats:
   output_tokens: int = 0
 
 
-def make_step_fn(model: models.Transformer, params, memory):
-  """A DecoderStepFn over `model` with the encoded source `memory` closed in."""
+def make_step_fn(model: models.Transformer, params, memory, clusters=None):
+  """A DecoderStepFn over `model` with the encoded source `memory` closed in.
+
+  clusters: a projection.Clusters to use the clustered output projection instead of the dense one.
+  """
   def step_fn(tokens, positions, self_mask, cache, write_offsets):
-    logits, _, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache,
-                                   write_offsets, method=models.Transformer.decode)
+    logits, hidden, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache,
+                                        write_offsets, return_logits=clusters is None,
+                                        method=models.Transformer.decode)
+    if clusters is not None:
+      logits, _ = projection.clustered_logits(hidden, params['embed']['embedding'], clusters)
     return logits, cache
   return step_fn
 
@@ -63,8 +69,12 @@ def output_cap(config: ModelConfig, source_length: int, settings: DecodeSettings
   return min(config.max_length, int(math.ceil(settings.output_length_ratio * source_length)) + 8)
 
 
-def decode_source_batch(params, source, *, config: ModelConfig, settings: DecodeSettings) -> DecodeOutput:
-  """Encodes source [B, S] and decodes it with settings.algorithm. Jit with config/settings static."""
+def decode_source_batch(params, source, clusters=None, *, config: ModelConfig,
+                        settings: DecodeSettings) -> DecodeOutput:
+  """Encodes source [B, S] and decodes it with settings.algorithm. Jit with config/settings static.
+
+  clusters: optional projection.Clusters (the clustered output projection); None = dense.
+  """
   model = models.Transformer(config)
   batch = source.shape[0]
   max_len = output_cap(config, source.shape[1], settings)
@@ -74,16 +84,21 @@ def decode_source_batch(params, source, *, config: ModelConfig, settings: Decode
   rows = batch * algorithm.rows_per_sentence(settings)
   memory = algorithm.expand(memory, settings)
   cache = models.init_cache(config, rows, algorithm.cache_length(max_len, settings))
-  return algorithm.run(make_step_fn(model, params, memory), cache, batch, max_len, settings)
+  return algorithm.run(make_step_fn(model, params, memory, clusters), cache, batch, max_len, settings)
 
 
 class Translator:
   """Translates lists of strings; one compiled function per (batch size, source bucket)."""
 
-  def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings()):
+  def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings(),
+               clusters=None):
     if tokenizer.vocab_size != config.vocab_size:
       raise ValueError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
+    if clusters is not None and clusters.vocab_size != config.vocab_size:
+      raise ValueError(f'clusters were built for a {clusters.vocab_size}-token vocabulary, the model has '
+                       f'{config.vocab_size}')
     self.config, self.params, self.tokenizer, self.settings = config, params, tokenizer, settings
+    self.clusters = clusters
     self._decode = jax.jit(functools.partial(decode_source_batch, config=config, settings=settings))
     self.buckets = tuple(b for b in SOURCE_BUCKETS if b < config.max_length) + (config.max_length,)
 
@@ -111,11 +126,12 @@ class Translator:
       yield indices, source
 
   def decode_batch(self, source: np.ndarray) -> DecodeOutput:
-    return jax.block_until_ready(self._decode(self.params, jnp.asarray(source)))
+    return jax.block_until_ready(self._decode(self.params, jnp.asarray(source), self.clusters))
 
-  def translate(self, texts: list[str], batch_size: int = 32) -> tuple[list[str], TranslationStats]:
+  def translate_ids(self, texts: list[str], batch_size: int = 32):
+    """Output token ids per input (up to EOS, without it; empty for empty inputs), with statistics."""
     stats = TranslationStats(sentences=len(texts))
-    outputs = [''] * len(texts)
+    outputs = [np.zeros((0,), np.int32)] * len(texts)
     nonempty = [i for i, t in enumerate(texts) if t.strip()]
     stats.empty_inputs = len(texts) - len(nonempty)
     source_ids = self.encode_sources([texts[i] for i in nonempty], stats)
@@ -127,8 +143,14 @@ class Translator:
       stats.loop_iterations += int(result.loop_iterations)
       stats.outputs_at_cap += int((~(tokens == EOS_ID).any(-1)).sum())
       stats.output_tokens += int(((tokens != PAD_ID) & (tokens != EOS_ID)).sum())
-      for i, text in zip(indices, self.tokenizer.decode(tokens)):
-        outputs[nonempty[i]] = text
+      for i, row in zip(indices, tokens):
+        eos = np.flatnonzero(row == EOS_ID)
+        outputs[nonempty[i]] = row[:eos[0]] if len(eos) else row
     if stats.outputs_at_cap:
       logging.warning('%d outputs reached the output cap without EOS', stats.outputs_at_cap)
-    return outputs, stats
+    return outputs, stats, source_ids, nonempty
+
+  def translate(self, texts: list[str], batch_size: int = 32) -> tuple[list[str], TranslationStats]:
+    """Translations in input order; an empty (or blank) line gives an empty line without decoding."""
+    ids, stats, _, _ = self.translate_ids(texts, batch_size)
+    return self.tokenizer.decode(ids), stats

@@ -68,6 +68,8 @@ def test_beam_finds_the_known_best_sequence_greedy_misses():
   np.testing.assert_array_equal(g.tokens[0, :2], [A, EOS_ID])
   out = beam.beam_search(step_fn, stub_cache(2, 6), 1, 2, 6, alpha=0.0)
   np.testing.assert_array_equal(out.tokens, [[B, EOS_ID, 0, 0, 0, 0]])
+  # Step 2 finishes A EOS and B EOS (2 = K hypotheses): the sentence took 2 decoder steps.
+  np.testing.assert_array_equal(out.decoder_calls, [2])
 
 
 def test_beam_batched_rows_are_independent():

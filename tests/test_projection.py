@@ -68,3 +68,30 @@ def test_kmeans_recovers_separated_clusters():
     found = np.asarray(projection.fit_kmeans(points, 3, iterations=30, batch_size=batch_size, seed=1))
     nearest = np.linalg.norm(found[:, None] - centres[None], axis=-1).min(0)
     assert (nearest < 1.0).all(), (batch_size, found)
+
+
+def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path):
+  """Build clusters offline for the tiny model, save, load; with every token active, output == dense."""
+  from fastmt import clusters_lib, train_lib
+  from fastmt.data import pipeline
+  from fastmt.translate import Translator
+  from conftest import DATA
+  sources = open(DATA / 'genesis.en', encoding='utf-8').read().splitlines()[:20]
+  model_config = train_lib.load_model_config(trained_workdir)
+  params, _ = train_lib.restore_params(trained_workdir, model_config)
+  tokenizer = pipeline.load_tokenizer(trained_workdir)
+  dense = Translator(model_config, params, tokenizer)
+  hidden, top = clusters_lib.record_states(dense, sources, top_k=2)
+  assert hidden.shape[0] == top.shape[0] > len(sources) and top.shape[1] == 2
+  all_tokens = np.tile(np.arange(model_config.vocab_size), (len(hidden), 1))
+  clusters = projection.build_clusters(hidden, all_tokens, projection.fit_kmeans(hidden, 4), model_config.vocab_size)
+  fp = clusters_lib.fingerprint(model_config, tokenizer)
+  clusters_lib.save_clusters(str(tmp_path / 'c'), clusters, {'fingerprint': fp})
+  loaded = clusters_lib.load_clusters(str(tmp_path / 'c'), model_config, tokenizer)
+  np.testing.assert_array_equal(loaded.active_sets, clusters.active_sets)
+  expected, _ = dense.translate(sources, 8)
+  got, _ = Translator(model_config, params, tokenizer, clusters=loaded).translate(sources, 8)
+  assert got == expected
+  import pytest
+  with pytest.raises(ValueError, match='built for model/vocabulary'):
+    clusters_lib.load_clusters(str(tmp_path / 'c'), model_config.replace(emb_dim=64, num_heads=4), tokenizer)

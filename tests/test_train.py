@@ -29,6 +29,13 @@ def test_training_lowers_the_loss_and_reports_validation(trained_workdir):
   assert os.listdir(os.path.join(trained_workdir, 'tensorboard'))
 
 
+def test_the_best_validation_checkpoint_is_kept(trained_workdir):
+  scores = {h['step']: h['valid_bleu'] for h in _history(trained_workdir) if 'valid_bleu' in h}
+  model_config = train_lib.load_model_config(trained_workdir)
+  _, step = train_lib.restore_params(trained_workdir, model_config, best=True)
+  assert scores[step] == max(scores.values())  # ties may keep either step
+
+
 def test_two_runs_with_one_seed_give_identical_losses(trained_workdir, tiny_config, tmp_path):
   train_lib.train_and_evaluate(tiny_config, str(tmp_path))
   assert _losses(str(tmp_path)) == _losses(trained_workdir)

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from fastmt import decode_lib, train_lib
+from fastmt import train_lib
 from fastmt.data import pipeline
 from fastmt.translate import DecodeSettings, Translator
 
@@ -93,5 +93,20 @@ def test_decode_cli_names_the_bad_utf8_line(trained_workdir, tmp_path):
   result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--input',
                            str(src), '--output', str(tmp_path / 'hyp.txt')], capture_output=True, text=True,
                           cwd=REPO)
-  assert result.returncode != 0 and 'src.txt:2: invalid UTF-8' in result.stderr
-  del decode_lib
+  assert result.returncode != 0 and 'src.txt:2: invalid UTF-8' in result.stderr and 'Traceback' not in result.stderr
+
+
+def test_decode_cli_reads_stdin_and_writes_stdout_in_order(trained_workdir):
+  result = subprocess.run(
+      [sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--input', '-', '--output', '-',
+       '--speed_sentences', '0', '--batch_size', '2'],
+      input='God\n\nAnd God said, Let there be light.\n', capture_output=True, text=True, cwd=REPO)
+  assert result.returncode == 0, result.stderr
+  lines = result.stdout.split('\n')
+  assert len(lines) == 4 and lines[1] == '' and lines[3] == ''
+
+
+def test_decode_cli_unknown_flag_is_one_line(trained_workdir):
+  result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--algoritm=pj'],
+                          capture_output=True, text=True, cwd=REPO)
+  assert result.returncode != 0 and 'Traceback' not in result.stderr and 'algoritm' in result.stderr

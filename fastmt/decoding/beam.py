@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from fastmt.decoding.greedy import DecodeOutput
-from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, causal_window_mask, output_lengths
+from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, causal_window_mask
 
 _LOW = -1e9  # score of an empty slot; finite so that sums and comparisons never make NaN
 
@@ -31,6 +31,7 @@ class BeamState:
   finished_seqs: jax.Array  # int32 [B, K, L + 1]
   finished_scores: jax.Array  # float32 [B, K]: length-normalised; _LOW for an empty slot
   num_finished: jax.Array  # int32 [B]
+  calls: jax.Array  # int32 [B]: decoder steps each sentence took until done
   cache: Any  # leaves [B * K, ...]
 
 
@@ -65,7 +66,7 @@ def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: 
   # Only beam 0 is real at the start; the others would duplicate it.
   live_scores = jnp.tile(jnp.array([0.0] + [_LOW] * (k - 1), jnp.float32), (n, 1))
   state = BeamState(jnp.int32(0), seqs, live_scores, seqs, jnp.full((n, k), _LOW, jnp.float32),
-                    jnp.zeros((n,), jnp.int32), cache)
+                    jnp.zeros((n,), jnp.int32), jnp.zeros((n,), jnp.int32), cache)
 
   def not_finished(state):
     return (state.step < max_length) & (state.num_finished < k).any()
@@ -104,7 +105,8 @@ def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: 
     keep_old = lambda new, old: jnp.where(done.reshape((n,) + (1,) * (new.ndim - 1)), old, new)
     return BeamState(state.step + 1, keep_old(live_seqs, state.live_seqs),
                      keep_old(live_scores, state.live_scores), keep_old(finished_seqs, state.finished_seqs),
-                     keep_old(finished_scores, state.finished_scores), num_finished, cache)
+                     keep_old(finished_scores, state.finished_scores), num_finished,
+                     state.calls + (~done).astype(jnp.int32), cache)
 
   state = jax.lax.while_loop(not_finished, advance, state)
   # Only sentences that reached max_length without K finished hypotheses consider their live beams.
@@ -114,4 +116,4 @@ def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: 
   pool_seqs = jnp.concatenate([state.finished_seqs, state.live_seqs], axis=1)
   best = jnp.argmax(pool_scores, axis=1)
   tokens = _gather_beams(pool_seqs, best[:, None])[:, 0, 1:]
-  return DecodeOutput(tokens, output_lengths(tokens), state.step)
+  return DecodeOutput(tokens, state.calls, state.step)

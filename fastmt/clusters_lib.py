@@ -1,0 +1,132 @@
+r"""Offline side of the clustered projection: record decoder states, fit k-means, save and load per direction.
+
+    python -m fastmt.clusters_lib --workdir runs/quickstart --direction en_de --num_clusters 500 --top_k 1
+
+Unlabelled source text is enough: the model translates it greedily, then a teacher-forced pass over its own
+outputs records the decoder's final hidden state and top-K tokens at every output position. Files go to
+<workdir>/clusters/<direction>/ (orbax arrays + metadata.json with a fingerprint of the model and vocabulary).
+"""
+
+import hashlib
+import json
+import os
+
+from absl import app, flags, logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+
+from fastmt import models, projection, train_lib
+from fastmt.data import corpus, pipeline
+from fastmt.data.batching import pad_batch
+from fastmt.translate import DecodeSettings, Translator
+
+METADATA = 'metadata.json'
+
+
+def fingerprint(model_config, tokenizer) -> str:
+  """What clusters depend on: the model's shape and the exact vocabulary."""
+  with open(tokenizer.model_path, 'rb') as f:
+    vocab_hash = hashlib.sha256(f.read()).hexdigest()[:16]
+  return f'{model_config.vocab_size}x{model_config.emb_dim}-spm{vocab_hash}'
+
+
+def record_states(translator: Translator, sources, top_k: int, batch_size: int = 32):
+  """Decoder hidden states [N, E] and their top-K tokens [N, K] at every greedy output position."""
+  outputs, _, source_ids, nonempty = translator.translate_ids(sources, batch_size)
+  model = models.Transformer(translator.config)
+
+  @jax.jit
+  def states(params, source, decoder_input):
+    encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+    memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+    positions = jnp.broadcast_to(jnp.arange(decoder_input.shape[1]), decoder_input.shape)
+    logits, hidden, _ = model.apply({'params': params}, decoder_input, positions,
+                                    models.causal_mask(decoder_input.shape[1]), memory,
+                                    method=models.Transformer.decode)
+    return hidden, jax.lax.top_k(logits, top_k)[1]
+
+  hidden_all, top_all = [], []
+  for start in range(0, len(source_ids), batch_size):
+    rows = range(start, min(start + batch_size, len(source_ids)))
+    src = [source_ids[i][:-1] for i in rows]  # pad_batch appends EOS again
+    tgt = [outputs[nonempty[i]] for i in rows]
+    length = max(max(len(s) for s in src), max(len(t) for t in tgt)) + 1
+    length = -(-length // 16) * 16  # a few shapes only
+    batch = pad_batch(src, tgt, length, length)
+    hidden, top = states(translator.params, jnp.asarray(batch.source), jnp.asarray(batch.decoder_input))
+    real = batch.target != 0
+    hidden_all.append(np.asarray(hidden)[real])
+    top_all.append(np.asarray(top)[real])
+  return np.concatenate(hidden_all), np.concatenate(top_all)
+
+
+def save_clusters(directory: str, clusters: projection.Clusters, metadata: dict) -> None:
+  directory = os.path.abspath(directory)
+  os.makedirs(directory, exist_ok=True)
+  arrays = {'centroids': clusters.centroids, 'centroid_sq_norms': clusters.centroid_sq_norms,
+            'active_sets': clusters.active_sets}
+  checkpointer = ocp.StandardCheckpointer()
+  checkpointer.save(os.path.join(directory, 'arrays'), arrays, force=True)
+  checkpointer.wait_until_finished()
+  with open(os.path.join(directory, METADATA), 'w') as f:
+    json.dump({**metadata, 'vocab_size': clusters.vocab_size, 'capacity': clusters.capacity}, f, indent=1)
+
+
+def load_clusters(directory: str, model_config, tokenizer) -> projection.Clusters:
+  """Loads clusters saved by save_clusters; another model's or vocabulary's clusters are a clear error."""
+  directory = os.path.abspath(directory)
+  path = os.path.join(directory, METADATA)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'No clusters at {directory} (no {METADATA})')
+  with open(path) as f:
+    metadata = json.load(f)
+  expected = fingerprint(model_config, tokenizer)
+  if metadata.get('fingerprint') != expected:
+    raise ValueError(f'Clusters at {directory} were built for model/vocabulary {metadata.get("fingerprint")}, '
+                     f'this model is {expected}')
+  arrays = ocp.StandardCheckpointer().restore(os.path.join(directory, 'arrays'))
+  return projection.Clusters(jnp.asarray(arrays['centroids']), jnp.asarray(arrays['centroid_sq_norms']),
+                             jnp.asarray(arrays['active_sets']), metadata['vocab_size'], metadata['capacity'])
+
+
+def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, top_k: int,
+                      iterations: int = 20, kmeans_batch: int | None = 8192, seed: int = 0):
+  model_config = train_lib.load_model_config(workdir)
+  params, step = train_lib.restore_params(workdir, model_config)
+  tokenizer = pipeline.load_tokenizer(workdir)
+  translator = Translator(model_config, params, tokenizer, DecodeSettings('greedy'))
+  hidden, top = record_states(translator, sources, top_k)
+  centroids = projection.fit_kmeans(hidden, num_clusters, iterations, kmeans_batch, seed)
+  clusters = projection.build_clusters(hidden, top, centroids, model_config.vocab_size)
+  directory = os.path.join(workdir, 'clusters', direction)
+  save_clusters(directory, clusters, {'fingerprint': fingerprint(model_config, tokenizer), 'direction': direction,
+                                      'checkpoint_step': step, 'states': len(hidden), 'top_k': top_k,
+                                      'num_clusters': num_clusters})
+  logging.warning('Saved %d clusters (capacity %d) from %d states to %s', num_clusters, clusters.capacity,
+                  len(hidden), directory)
+  return clusters
+
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('workdir', None, 'A train.py work directory.')
+flags.DEFINE_string('direction', None, 'Language direction name, e.g. en_de (the clusters sub-directory).')
+flags.DEFINE_string('input', None, 'Unlabelled source text; default: the workdir dataset\'s training sources.')
+flags.DEFINE_integer('max_sentences', 5000, 'Source sentences to record.')
+flags.DEFINE_integer('num_clusters', 500, 'k-means centroids.')
+flags.DEFINE_integer('top_k', 1, 'Likely tokens per state that enter the active sets.')
+
+
+def main(argv):
+  del argv
+  if FLAGS.input:
+    sources = corpus.read_lines(FLAGS.input)
+  else:
+    sources = corpus.load_split(train_lib.load_train_config(FLAGS.workdir).dataset, 'train').sources
+  build_for_workdir(FLAGS.workdir, FLAGS.direction, sources[:FLAGS.max_sentences], FLAGS.num_clusters, FLAGS.top_k)
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['workdir', 'direction'])
+  app.run(main)
