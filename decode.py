@@ -29,6 +29,8 @@ flags.DEFINE_enum('projection', 'dense', ['dense', 'clustered'], 'Output project
 flags.DEFINE_string('clusters', None, 'Clusters directory for --projection=clustered '
                     '(made by python -m fastmt.clusters_lib; default <workdir>/clusters/<direction>).')
 flags.DEFINE_string('direction', 'en_de', 'Language direction, for the default --clusters path.')
+flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'],
+                  'Inference precision: bfloat16 weights/activations, float32 softmax and logits.')
 flags.DEFINE_integer('batch_size', 32, 'Sentences per batch.')
 flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed one by one for ms/sentence (0 = skip).')
 flags.DEFINE_enum('input_errors', 'strict', ['strict', 'replace'],
@@ -49,13 +51,14 @@ def main(argv):
   clusters_dir = None
   if FLAGS.projection == 'clustered':
     clusters_dir = FLAGS.clusters or os.path.join(FLAGS.workdir, 'clusters', FLAGS.direction)
-  translator = decode_lib.load_translator(FLAGS.workdir, settings, clusters_dir)
+  translator = decode_lib.load_translator(FLAGS.workdir, settings, clusters_dir, FLAGS.dtype)
   hypotheses, report = decode_lib.translate_and_measure(translator, sources, references, FLAGS.batch_size,
                                                         FLAGS.speed_sentences)
   decode_lib.write_lines(FLAGS.output, hypotheses)
   print(decode_lib.format_report(report), file=sys.stderr)
   if FLAGS.metrics_json:
-    decode_lib.write_metrics_json(FLAGS.metrics_json, report, {'settings': dataclasses.asdict(settings)})
+    decode_lib.write_metrics_json(FLAGS.metrics_json, report,
+                                  {'settings': dataclasses.asdict(settings), 'dtype': FLAGS.dtype})
   if FLAGS.ddgviz:
     from fastmt import ddgviz  # pylint: disable=g-import-not-at-top
     ddgviz.draw_sentences(translator, sources[:FLAGS.ddgviz_sentences], settings, FLAGS.ddgviz)

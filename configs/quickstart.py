@@ -24,6 +24,11 @@ def get_config():
   config.dataset.test_files = ('', '')
   # For name='tfds:...': swap the builder's supervised keys (e.g. translate de->en with a de-en builder).
   config.dataset.reverse = False
+  # Sequence-level distillation (python -m fastmt.distill): a directory of teacher translations of the
+  # training sources ('' = train on the raw targets). With it, each drawn pair takes its raw target with
+  # probability p_raw and the teacher's otherwise (0 = distilled only, 0.5 = HRT's mixed distillation).
+  config.dataset.distilled_dir = ''
+  config.dataset.p_raw = 0.0
 
   # Joint SentencePiece unigram vocabulary, trained on the training split into <workdir>/spm.model.
   config.vocab_size = 8000

@@ -22,23 +22,28 @@ import numpy as np
 import sacrebleu
 
 from fastmt.data import corpus, pipeline
-from fastmt import roofline, train_lib
+from fastmt import precision, roofline, train_lib
 from fastmt.translate import DecodeSettings, Translator
 
 DEFAULT_METHODS = ('greedy', 'beam:4', 'pj', 'pgj:3', 'pgj:5', 'hgj:3')
 
 
-def parse_method(spec: str) -> tuple[str, DecodeSettings]:
-  """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' -> (label, settings)."""
+def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
+  """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L', optionally '@bf16' -> (label, settings, dtype)."""
+  spec, _, suffix = spec.partition('@')
+  dtype = {'': 'float32', 'fp32': 'float32', 'bf16': 'bfloat16'}.get(suffix)
+  if dtype is None:
+    raise ValueError(f'Unknown precision suffix @{suffix}: use @bf16 (or none for float32)')
+  label = spec + (f'@{suffix}' if suffix else '')
   name, *args = spec.split(':')
   values = [int(a) for a in args]
   if name == 'beam':
-    return spec, DecodeSettings('beam', beam_size=values[0] if values else 4)
+    return label, DecodeSettings('beam', beam_size=values[0] if values else 4), dtype
   if name in ('pgj', 'hgj'):
     block = values[0] if values else 3
     parallel = values[1] if len(values) > 1 else 0
-    return spec, DecodeSettings(name, block_size=block, parallel_length=parallel)
-  return spec, DecodeSettings(name)
+    return label, DecodeSettings(name, block_size=block, parallel_length=parallel), dtype
+  return label, DecodeSettings(name), dtype
 
 
 def source_words(texts) -> int:
@@ -73,8 +78,9 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
   model_config = train_lib.load_model_config(workdir)
   params, step = train_lib.restore_params(workdir, model_config)
   tokenizer = pipeline.load_tokenizer(workdir)
-  translators = {label: Translator(model_config, params, tokenizer, settings)
-                 for label, settings in map(parse_method, methods)}
+  translators = {}
+  for label, settings, dtype in map(parse_method, methods):
+    translators[label] = Translator(*precision.for_inference(model_config, params, dtype), tokenizer, settings)
   results = {label: MethodResult(label) for label in translators}
   hypotheses, hypotheses_b1 = {}, {}
 
@@ -182,7 +188,8 @@ def format_table(results) -> str:
 FLAGS = flags.FLAGS
 flags.DEFINE_string('workdir', None, 'A train.py work directory.')
 flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to translate (never 40-43: not in any split).')
-flags.DEFINE_list('methods', list(DEFAULT_METHODS), 'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L].')
+flags.DEFINE_list('methods', list(DEFAULT_METHODS),
+                  'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L]; append @bf16 for half precision (greedy@bf16).')
 flags.DEFINE_integer('batch_size', 32, 'The large batch.')
 flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed at batch 1.')
 flags.DEFINE_integer('large_batch_sentences', 256, 'Sentences timed at --batch_size.')
@@ -225,18 +232,23 @@ def main(argv):
   table = format_table(results)
   print(table)
   print(json.dumps(environment, indent=1))
-  floor = _greedy_floor(FLAGS.workdir, sources, results)
-  print(json.dumps(floor, indent=1))
-  environment['greedy_floor'] = floor
-  if FLAGS.output_dir:
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
-    with open(os.path.join(FLAGS.output_dir, 'results.json'), 'w') as f:
-      json.dump({'results': [dataclasses.asdict(r) for r in results], 'environment': environment}, f, indent=1)
-    with open(os.path.join(FLAGS.output_dir, 'table.md'), 'w') as f:
-      f.write(table + '\n')
-    for label, lines in hypotheses.items():
-      with open(os.path.join(FLAGS.output_dir, f'hyp.{label.replace(":", "_")}.txt'), 'w') as f:
-        f.writelines(line + '\n' for line in lines)
+  _write_outputs(results, environment, hypotheses, table)  # before the floor, so a failure there loses nothing
+  environment['greedy_floor'] = _greedy_floor(FLAGS.workdir, sources, results)
+  print(json.dumps(environment['greedy_floor'], indent=1))
+  _write_outputs(results, environment, hypotheses, table)
+
+
+def _write_outputs(results, environment, hypotheses, table):
+  if not FLAGS.output_dir:
+    return
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  with open(os.path.join(FLAGS.output_dir, 'results.json'), 'w') as f:
+    json.dump({'results': [dataclasses.asdict(r) for r in results], 'environment': environment}, f, indent=1)
+  with open(os.path.join(FLAGS.output_dir, 'table.md'), 'w') as f:
+    f.write(table + '\n')
+  for label, lines in hypotheses.items():
+    with open(os.path.join(FLAGS.output_dir, f'hyp.{label.replace(":", "_")}.txt'), 'w') as f:
+      f.writelines(line + '\n' for line in lines)
 
 
 if __name__ == '__main__':

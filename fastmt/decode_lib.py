@@ -9,7 +9,7 @@ import time
 
 import sacrebleu
 
-from fastmt import train_lib
+from fastmt import precision, train_lib
 from fastmt.data import corpus, pipeline
 from fastmt.translate import DecodeSettings, Translator
 
@@ -38,11 +38,14 @@ def read_input(path: str, errors: str) -> list[str]:
   return corpus.read_lines(path, errors=errors)
 
 
-def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | None = None) -> Translator:
+def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | None = None,
+                    dtype: str = 'float32') -> Translator:
   """The workdir's latest checkpoint as a Translator; clusters_dir selects the clustered output projection
-  (a direction without clusters falls back to the dense projection with a warning)."""
+  (a direction without clusters falls back to the dense projection with a warning); dtype 'bfloat16' decodes
+  in half precision (fastmt.precision)."""
   model_config = train_lib.load_model_config(workdir)
   params, step = train_lib.restore_params(workdir, model_config)
+  model_config, params = precision.for_inference(model_config, params, dtype)
   logging.info('Loaded %s step %d', workdir, step)
   tokenizer = pipeline.load_tokenizer(workdir)
   clusters = None

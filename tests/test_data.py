@@ -84,7 +84,7 @@ def test_tokenizer_round_trip(tokenizer):
 def test_prepare_pairs_counts_what_it_skips():
   src = [np.array([5, 6]), np.array([], np.int32), np.array([5] * 10), np.array([7])]
   tgt = [np.array([8]), np.array([9]), np.array([5]), np.array([], np.int32)]
-  kept_src, kept_tgt, counts = batching.prepare_pairs(src, tgt, max_length=8)
+  kept_src, kept_tgt, _, counts = batching.prepare_pairs(src, tgt, max_length=8)
   assert counts == {'empty': 2, 'too_long': 1}
   assert [s.tolist() for s in kept_src] == [[5, 6]] and [t.tolist() for t in kept_tgt] == [[8]]
 
@@ -100,7 +100,7 @@ def test_pad_batch_layout():
 def test_train_batches_are_deterministic_bucketed_and_cover_every_pair(tokenizer):
   src = tokenizer.encode(corpus.read_lines(str(DATA / 'genesis.en')))
   tgt = tokenizer.encode(corpus.read_lines(str(DATA / 'genesis.de')))
-  src, tgt, _ = batching.prepare_pairs(src, tgt, 128)
+  src, tgt, _, _ = batching.prepare_pairs(src, tgt, 128)
   make = lambda seed: batching.TrainBatches(src, tgt, (32, 64, 128), 1024, seed, batch_multiple=2)
   a, b, other = make(0), make(0), make(1)
   seen = set()

@@ -34,25 +34,29 @@ def bucket_for(length: int, bucket_lengths) -> int:
   raise ValueError(f'length {length} exceeds the largest bucket {bucket_lengths[-1]}')
 
 
-def prepare_pairs(source_ids, target_ids, max_length: int):
+def prepare_pairs(source_ids, target_ids, max_length: int, distilled_ids=None):
   """Drops pairs that cannot train (an empty side, or longer than max_length with EOS); returns counts.
 
-  Returns (kept_source, kept_target, counts) where counts = {'empty': n, 'too_long': n}. Nothing is
-  shifted: pairs are kept or dropped whole.
+  distilled_ids: optional second target per pair (a teacher's translation, for mixed distillation); a pair
+  is kept only when its source and both targets can train.
+  Returns (kept_source, kept_target, kept_distilled or None, counts) where counts = {'empty': n,
+  'too_long': n}. Nothing is shifted: pairs are kept or dropped whole.
   """
-  kept_src, kept_tgt, counts = [], [], {'empty': 0, 'too_long': 0}
-  for s, t in zip(source_ids, target_ids, strict=True):
-    if len(s) == 0 or len(t) == 0:
+  targets = [target_ids] if distilled_ids is None else [target_ids, distilled_ids]
+  kept_src, kept_tgt, kept_distilled, counts = [], [], [], {'empty': 0, 'too_long': 0}
+  for s, *ts in zip(source_ids, *targets, strict=True):
+    if len(s) == 0 or any(len(t) == 0 for t in ts):
       counts['empty'] += 1
-    elif max(len(s), len(t)) + 1 > max_length:
+    elif max(len(s), *(len(t) for t in ts)) + 1 > max_length:
       counts['too_long'] += 1
     else:
       kept_src.append(s)
-      kept_tgt.append(t)
+      kept_tgt.append(ts[0])
+      kept_distilled.append(ts[-1])
   if counts['empty'] or counts['too_long']:
     logging.warning('Skipped %d training pairs with an empty side and %d longer than %d tokens (of %d)',
                     counts['empty'], counts['too_long'], max_length, len(source_ids))
-  return kept_src, kept_tgt, counts
+  return kept_src, kept_tgt, (None if distilled_ids is None else kept_distilled), counts
 
 
 def pad_batch(source_rows, target_rows, source_len: int, target_len: int) -> Batch:
@@ -72,15 +76,25 @@ def pad_batch(source_rows, target_rows, source_len: int, target_len: int) -> Bat
 
 
 class TrainBatches:
-  """Deterministic, shuffled, length-bucketed batches; `batch(step)` is a pure function of step."""
+  """Deterministic, shuffled, length-bucketed batches; `batch(step)` is a pure function of step.
+
+  With distilled_ids (mixed distillation, HRT Sec. 3.3): each time a pair is drawn its target is the raw one
+  with probability p_raw and the distilled one otherwise, drawn from a key of (seed, epoch) so that resuming
+  redraws the same choice. p_raw = 0 trains on distilled targets only.
+  """
 
   def __init__(self, source_ids, target_ids, bucket_lengths, tokens_per_batch: int, seed: int,
-               batch_multiple: int = 1):
+               batch_multiple: int = 1, distilled_ids=None, p_raw: float = 0.0):
+    if not 0.0 <= p_raw <= 1.0:
+      raise ValueError(f'p_raw must be in [0, 1], got {p_raw}')
     self.source_ids = source_ids
     self.target_ids = target_ids
+    self.distilled_ids = distilled_ids
+    self.p_raw = p_raw
     self.bucket_lengths = tuple(sorted(bucket_lengths))
     self.seed = seed
-    lengths = np.array([max(len(s), len(t)) + 1 for s, t in zip(source_ids, target_ids)])
+    targets = [target_ids] if distilled_ids is None else [target_ids, distilled_ids]
+    lengths = np.array([max(len(s), *(len(t) for t in ts)) + 1 for s, *ts in zip(source_ids, *targets)])
     self._bucket_of = np.array([bucket_for(n, self.bucket_lengths) for n in lengths])
     # Rows per batch for each bucket: the token budget over the padded length, a multiple of the device
     # count so the batch splits evenly over the mesh.
@@ -88,7 +102,7 @@ class TrainBatches:
         b: max(batch_multiple, (tokens_per_batch // b) // batch_multiple * batch_multiple)
         for b in self.bucket_lengths
     }
-    self._cached_epoch, self._cached_plan = None, None
+    self._cached_epoch, self._cached_plan, self._cached_raw = None, None, None
     self.batches_per_epoch = len(self._plan(0))
 
   def _plan(self, epoch: int):
@@ -108,11 +122,17 @@ class TrainBatches:
         rows = np.concatenate([rows, fill])
       plan.extend((b, rows[i:i + size]) for i in range(0, len(rows), size))
     order = rng.permutation(len(plan))
+    # Which pairs take their raw target this epoch (mixed distillation); its own stream, so the batch plan
+    # above is the same whatever p_raw is.
+    self._cached_raw = np.random.default_rng([self.seed, epoch, 1]).random(len(self.source_ids)) < self.p_raw
     self._cached_epoch, self._cached_plan = epoch, [plan[i] for i in order]
     return self._cached_plan
 
   def batch(self, step: int) -> Batch:
     epoch, index = divmod(step, self.batches_per_epoch)
     length, rows = self._plan(epoch)[index]
-    return pad_batch([self.source_ids[i] for i in rows], [self.target_ids[i] for i in rows], length,
-                     length)
+    if self.distilled_ids is None:
+      targets = [self.target_ids[i] for i in rows]
+    else:
+      targets = [self.target_ids[i] if self._cached_raw[i] else self.distilled_ids[i] for i in rows]
+    return pad_batch([self.source_ids[i] for i in rows], targets, length, length)

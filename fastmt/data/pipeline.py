@@ -3,6 +3,7 @@
 import dataclasses
 import logging
 import os
+import shutil
 
 from fastmt.data import batching, corpus
 from fastmt.data.tokenizer import Tokenizer, train_tokenizer
@@ -27,8 +28,20 @@ def load_tokenizer(workdir: str) -> Tokenizer:
 
 
 def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer:
-  """Loads workdir/spm.model, or trains it on the training split's source and target text."""
+  """Loads workdir/spm.model, or trains it on the training split's source and target text.
+
+  A student of distilled data uses its teacher's vocabulary, copied from the distillation directory; a
+  workdir that already has another vocabulary is an error.
+  """
   path = os.path.join(workdir, TOKENIZER_FILE)
+  distilled_dir = config.dataset.get('distilled_dir')
+  if distilled_dir:
+    from fastmt import distill  # pylint: disable=g-import-not-at-top
+    teacher_spm = os.path.join(distilled_dir, TOKENIZER_FILE)
+    distill.check_same_vocabulary(teacher_spm, workdir)
+    if not os.path.exists(path):
+      os.makedirs(workdir, exist_ok=True)
+      shutil.copyfile(teacher_spm, path)
   if os.path.exists(path):
     return Tokenizer(path)
   return train_tokenizer(train.sources + train.targets, path, config.vocab_size, seed=config.seed)
@@ -39,13 +52,17 @@ def load_training_data(config, workdir: str, batch_multiple: int = 1) -> Trainin
   validation = corpus.load_split(config.dataset, 'validation')
   tokenizer = get_tokenizer(config, workdir, train)
   max_length = config.model.max_length
-  src, tgt, skipped = batching.prepare_pairs(tokenizer.encode(train.sources), tokenizer.encode(train.targets),
-                                             max_length)
+  distilled_ids = None
+  if config.dataset.get('distilled_dir'):
+    from fastmt import distill  # pylint: disable=g-import-not-at-top
+    distilled_ids = tokenizer.encode(distill.load_distilled_targets(config.dataset.distilled_dir, train.sources))
+  src, tgt, distilled, skipped = batching.prepare_pairs(
+      tokenizer.encode(train.sources), tokenizer.encode(train.targets), max_length, distilled_ids)
   buckets = [b for b in config.bucket_lengths if b < max_length] + [max_length]
   train_batches = batching.TrainBatches(src, tgt, buckets, config.tokens_per_batch, config.seed,
-                                        batch_multiple)
-  val_src, val_tgt, _ = batching.prepare_pairs(tokenizer.encode(validation.sources),
-                                               tokenizer.encode(validation.targets), max_length)
+                                        batch_multiple, distilled, config.dataset.get('p_raw', 0.0))
+  val_src, val_tgt, _, _ = batching.prepare_pairs(tokenizer.encode(validation.sources),
+                                                  tokenizer.encode(validation.targets), max_length)
   val_batches = batching.TrainBatches(val_src, val_tgt, buckets, config.tokens_per_batch, seed=0,
                                       batch_multiple=batch_multiple)
   validation_batches = [val_batches.batch(i) for i in range(val_batches.batches_per_epoch)]

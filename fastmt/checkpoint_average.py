@@ -1,0 +1,89 @@
+r"""Averaging the parameters of a run's last N checkpoints into a new work directory (decode-only).
+
+    python -m fastmt.checkpoint_average --workdir runs/e12d1 --last 5 --output runs/e12d1_avg5
+    python decode.py --workdir runs/e12d1_avg5 --input src.en --output hyp.de
+
+The IB and RoyalFlush papers decode with the average of the last checkpoints: a cheap ensemble of nearby
+points on the trajectory. The run must keep at least N checkpoints (`--config.max_checkpoints_to_keep`).
+The output directory holds the averaged parameters as one checkpoint (at the newest averaged step), plus the
+run's model config, training config and SentencePiece model, so decode.py and fastmt.bench read it like any
+work directory. It holds no optimiser state: it is not a run to resume.
+"""
+
+import json
+import os
+import shutil
+
+from absl import app, flags
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+
+from fastmt import cli, train_lib
+from fastmt.data import pipeline
+
+AVERAGED_FROM_FILE = 'averaged_from.json'
+
+
+def average_trees(trees):
+  """Element-wise mean of identically shaped pytrees, accumulated in float32."""
+  if not trees:
+    raise ValueError('nothing to average')
+  total = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), trees[0])
+  for tree in trees[1:]:
+    total = jax.tree_util.tree_map(lambda a, b: a + jnp.asarray(b, jnp.float32), total, tree)
+  return jax.tree_util.tree_map(lambda a, ref: (a / len(trees)).astype(jnp.asarray(ref).dtype), total, trees[0])
+
+
+def last_steps(workdir: str, last: int) -> list[int]:
+  """The newest `last` checkpoint steps of a run; an error if it kept fewer."""
+  if last < 1:
+    raise ValueError(f'--last must be at least 1, got {last}')
+  steps = sorted(train_lib.checkpoint_manager(workdir).all_steps())
+  if len(steps) < last:
+    raise ValueError(f'{workdir} keeps {len(steps)} checkpoints ({steps}), fewer than the {last} to average; '
+                     'train with a larger --config.max_checkpoints_to_keep')
+  return steps[-last:]
+
+
+def average_last_checkpoints(workdir: str, last: int):
+  """(averaged params, averaged steps) of a run's newest `last` checkpoints."""
+  model_config = train_lib.load_model_config(workdir)
+  steps = last_steps(workdir, last)
+  params = [train_lib.restore_params(workdir, model_config, step=s)[0] for s in steps]
+  return average_trees(params), steps
+
+
+def write_averaged_workdir(workdir: str, output: str, params, steps) -> None:
+  """A decode-ready work directory: the averaged params at the newest step, with the run's configs and vocab."""
+  if os.path.abspath(output) == os.path.abspath(workdir):
+    raise ValueError('--output must differ from --workdir (the run keeps its own checkpoints)')
+  if os.path.exists(os.path.join(output, train_lib.CHECKPOINT_DIR)):
+    raise ValueError(f'{output} already holds checkpoints; choose a new --output')
+  os.makedirs(output, exist_ok=True)
+  for name in (train_lib.MODEL_CONFIG_FILE, train_lib.TRAIN_CONFIG_FILE, pipeline.TOKENIZER_FILE):
+    shutil.copyfile(os.path.join(workdir, name), os.path.join(output, name))
+  manager = train_lib.checkpoint_manager(output)
+  manager.save(steps[-1], args=ocp.args.StandardSave({'params': params}))
+  manager.wait_until_finished()
+  with open(os.path.join(output, AVERAGED_FROM_FILE), 'w') as f:
+    json.dump({'workdir': os.path.abspath(workdir), 'steps': steps}, f, indent=1)
+
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('workdir', None, 'The train.py work directory whose checkpoints to average.')
+flags.DEFINE_integer('last', 5, 'How many of the newest checkpoints to average.')
+flags.DEFINE_string('output', None, 'New work directory for the averaged model.')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  params, steps = average_last_checkpoints(FLAGS.workdir, FLAGS.last)
+  write_averaged_workdir(FLAGS.workdir, FLAGS.output, params, steps)
+  print(f'Averaged steps {steps} of {FLAGS.workdir} into {FLAGS.output}')
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['workdir', 'output'])
+  app.run(cli.exit_on_user_error(main), flags_parser=cli.parse_flags_or_exit)

@@ -1,0 +1,187 @@
+r"""Sequence-level knowledge distillation: a teacher translates the training sources; students learn its outputs.
+
+    python -m fastmt.distill --teacher runs/teacher --output_dir runs/kd_en_de --beam_size 4
+    python train.py --config configs/e12d1.py --workdir runs/e12d1_kd \
+        --config.dataset.distilled_dir=runs/kd_en_de --config.dataset.p_raw=0.0   # 0 = all distilled
+
+The output directory holds `distilled.txt` (one teacher translation per training source, in corpus order),
+`manifest.json` (teacher, checkpoint step, decoding settings, a fingerprint of the sources, progress) and the
+teacher's `spm.model`. A student that trains on it uses the teacher's vocabulary (copied into its work
+directory); a student work directory that already has another vocabulary is an error, before any decoding.
+
+Resumable: translations are appended a chunk at a time, each chunk flushed and fsynced before the manifest
+records it; a restarted run truncates anything past the recorded count (a chunk cut short by a kill) and
+continues with the next source, so no line is duplicated, lost or shifted. An empty source gives an empty
+line (counted); the student's data pipeline then skips that pair like any pair with an empty side.
+"""
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+
+from absl import app, flags
+
+from fastmt import cli, train_lib
+from fastmt.data import corpus, pipeline
+from fastmt.translate import DecodeSettings, Translator
+
+DISTILLED_FILE = 'distilled.txt'
+MANIFEST_FILE = 'manifest.json'
+
+
+def fingerprint(lines) -> str:
+  """sha256 of the lines (newline-joined): ties a distilled file to the exact sources it translates."""
+  digest = hashlib.sha256()
+  for line in lines:
+    digest.update(line.encode('utf-8') + b'\n')
+  return digest.hexdigest()
+
+
+def file_fingerprint(path: str) -> str:
+  with open(path, 'rb') as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
+def check_same_vocabulary(teacher_spm: str, student_workdir: str) -> None:
+  """A student work directory that already has a vocabulary must have the teacher's."""
+  student_spm = os.path.join(student_workdir, pipeline.TOKENIZER_FILE)
+  if os.path.exists(student_spm) and file_fingerprint(student_spm) != file_fingerprint(teacher_spm):
+    raise ValueError(f'The student work directory {student_workdir} has another vocabulary ({student_spm}) than '
+                     f'the teacher ({teacher_spm}); use a new student work directory')
+
+
+@dataclasses.dataclass
+class DistillResult:
+  translated: int  # lines written by this call
+  total: int  # lines in the distilled file now
+  empty_sources: int
+  seconds: float
+
+
+def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=DecodeSettings('beam'),
+            batch_size: int = 32, chunk_sentences: int = 1024, student_workdir: str | None = None,
+            max_chunks: int | None = None, log=logging.info) -> DistillResult:
+  """Translates `sources` with the teacher's latest checkpoint into output_dir/distilled.txt, resuming.
+
+  max_chunks stops after that many chunks (for tests of resumption; None = all).
+  """
+  teacher_spm = os.path.join(teacher_workdir, pipeline.TOKENIZER_FILE)
+  if student_workdir:
+    check_same_vocabulary(teacher_spm, student_workdir)
+  model_config = train_lib.load_model_config(teacher_workdir)
+  params, step = train_lib.restore_params(teacher_workdir, model_config)
+  manifest = {'teacher': os.path.abspath(teacher_workdir), 'teacher_step': step,
+              'teacher_vocabulary': file_fingerprint(teacher_spm), 'settings': dataclasses.asdict(settings),
+              'sources': len(sources), 'sources_fingerprint': fingerprint(sources)}
+  os.makedirs(output_dir, exist_ok=True)
+  done = _resume_point(output_dir, manifest)
+  shutil.copyfile(teacher_spm, os.path.join(output_dir, pipeline.TOKENIZER_FILE))
+  translator = Translator(model_config, params, pipeline.load_tokenizer(teacher_workdir), settings)
+
+  start, written, empty, chunks = time.perf_counter(), 0, 0, 0
+  with open(os.path.join(output_dir, DISTILLED_FILE), 'a', encoding='utf-8') as out:
+    while done < len(sources) and (max_chunks is None or chunks < max_chunks):
+      chunk = sources[done:done + chunk_sentences]
+      hypotheses, stats = translator.translate(chunk, batch_size)
+      # A translation never spans lines, whatever the detokeniser returns: line i stays source i's.
+      out.writelines(h.replace('\n', ' ').replace('\r', ' ') + '\n' for h in hypotheses)
+      out.flush()
+      os.fsync(out.fileno())
+      done += len(chunk)
+      written += len(chunk)
+      empty += stats.empty_inputs
+      chunks += 1
+      _write_manifest(output_dir, {**manifest, 'done': done})
+      log(f'distilled {done}/{len(sources)} sentences ({time.perf_counter() - start:.0f} s)')
+  return DistillResult(written, done, empty, time.perf_counter() - start)
+
+
+def _resume_point(output_dir: str, manifest: dict) -> int:
+  """Lines already distilled for this exact (teacher, settings, sources); the file is cut back to them."""
+  path = os.path.join(output_dir, DISTILLED_FILE)
+  manifest_path = os.path.join(output_dir, MANIFEST_FILE)
+  if not os.path.exists(manifest_path):
+    if os.path.exists(path) and os.path.getsize(path):
+      raise ValueError(f'{path} exists without {MANIFEST_FILE}: not a fastmt.distill output; use a new dir')
+    open(path, 'w').close()
+    return 0
+  with open(manifest_path) as f:
+    saved = json.load(f)
+  differing = sorted(k for k in manifest if saved.get(k) != manifest[k])
+  if differing:
+    raise ValueError(f'{output_dir} holds a distillation with other {differing}; use a new --output_dir')
+  done = int(saved.get('done', 0))
+  with open(path, 'rb+') as f:
+    data = f.read()
+    lines = data.count(b'\n')
+    if lines < done:
+      raise ValueError(f'{path} has {lines} lines but its manifest records {done}: the file was damaged')
+    keep = 0
+    for _ in range(done):
+      keep = data.index(b'\n', keep) + 1
+    f.truncate(keep)  # lines past the manifest's count belong to a chunk whose write was cut short
+  if lines > done:
+    logging.warning('Dropped %d lines of an unfinished chunk from %s', lines - done, path)
+  return done
+
+
+def _write_manifest(output_dir: str, manifest: dict) -> None:
+  """Atomically: a kill leaves either the old or the new manifest, never half of one."""
+  path = os.path.join(output_dir, MANIFEST_FILE)
+  with open(path + '.tmp', 'w') as f:
+    json.dump(manifest, f, indent=1)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(path + '.tmp', path)
+
+
+def load_distilled_targets(distilled_dir: str, sources: list[str]) -> list[str]:
+  """The finished distilled targets for exactly these sources (an error if unfinished or for other sources)."""
+  manifest_path = os.path.join(distilled_dir, MANIFEST_FILE)
+  if not os.path.exists(manifest_path):
+    raise FileNotFoundError(f'No {MANIFEST_FILE} in {distilled_dir!r}: not a fastmt.distill output directory')
+  with open(manifest_path) as f:
+    manifest = json.load(f)
+  if manifest['sources_fingerprint'] != fingerprint(sources):
+    raise ValueError(f'{distilled_dir} distils other training sources than this config\'s dataset')
+  if manifest.get('done', 0) != len(sources):
+    raise ValueError(f'{distilled_dir} is unfinished ({manifest.get("done", 0)}/{len(sources)} lines); '
+                     'run python -m fastmt.distill again to complete it')
+  targets = corpus.read_lines(os.path.join(distilled_dir, DISTILLED_FILE))
+  if len(targets) != len(sources):
+    raise ValueError(f'{distilled_dir}/{DISTILLED_FILE} has {len(targets)} lines for {len(sources)} sources')
+  return targets
+
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('teacher', None, 'Work directory of the teacher model.')
+flags.DEFINE_string('output_dir', None, 'Where distilled.txt, manifest.json and spm.model go.')
+flags.DEFINE_string('split', 'train', 'Split of the teacher\'s dataset to distil.')
+flags.DEFINE_string('student_workdir', None, 'Optional: a student work directory whose vocabulary must match.')
+flags.DEFINE_integer('beam_size', 4, 'Teacher beam size (1 = greedy).')
+flags.DEFINE_float('alpha', 0.6, 'Beam length penalty.')
+flags.DEFINE_integer('batch_size', 32, 'Sentences per batch.')
+flags.DEFINE_integer('chunk_sentences', 1024, 'Sentences per fsynced chunk (the unit of resumption).')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  logging.getLogger().setLevel(logging.INFO)
+  config = train_lib.load_train_config(FLAGS.teacher)
+  sources = corpus.load_split(config.dataset, FLAGS.split).sources
+  settings = (DecodeSettings('greedy') if FLAGS.beam_size == 1 else
+              DecodeSettings('beam', beam_size=FLAGS.beam_size, alpha=FLAGS.alpha))
+  result = distill(FLAGS.teacher, sources, FLAGS.output_dir, settings, FLAGS.batch_size, FLAGS.chunk_sentences,
+                   FLAGS.student_workdir, log=print)
+  print(f'{result.total}/{len(sources)} sentences distilled into {FLAGS.output_dir} '
+        f'({result.translated} now, {result.empty_sources} empty sources, {result.seconds:.0f} s)')
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['teacher', 'output_dir'])
+  app.run(cli.exit_on_user_error(main), flags_parser=cli.parse_flags_or_exit)

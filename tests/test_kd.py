@@ -1,0 +1,156 @@
+"""The RoyalFlush/KD toolbox: checkpoint averaging, half-precision inference, resumable distillation, mixing."""
+
+import copy
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import DATA
+from fastmt import checkpoint_average, decode_lib, distill, precision, train_lib
+from fastmt.data import batching, corpus, pipeline
+from fastmt.translate import DecodeSettings
+
+
+def test_average_trees_is_the_elementwise_mean():
+  trees = [{'a': jnp.full((2, 2), v), 'b': {'c': jnp.array([v, 2 * v])}} for v in (1.0, 2.0, 6.0)]
+  mean = checkpoint_average.average_trees(trees)
+  np.testing.assert_allclose(mean['a'], np.full((2, 2), 3.0))
+  np.testing.assert_allclose(mean['b']['c'], [3.0, 6.0])
+
+
+def test_averaged_workdir_holds_the_mean_of_the_last_checkpoints_and_decodes(trained_workdir, tmp_path):
+  model_config = train_lib.load_model_config(trained_workdir)
+  steps = checkpoint_average.last_steps(trained_workdir, 2)
+  params, averaged_steps = checkpoint_average.average_last_checkpoints(trained_workdir, 2)
+  assert averaged_steps == steps
+  output = str(tmp_path / 'avg')
+  checkpoint_average.write_averaged_workdir(trained_workdir, output, params, steps)
+  restored, step = train_lib.restore_params(output, model_config)
+  assert step == steps[-1]
+  first, second = (train_lib.restore_params(trained_workdir, model_config, step=s)[0] for s in steps)
+  jax.tree_util.tree_map(lambda r, a, b: np.testing.assert_allclose(r, (a + b) / 2, rtol=1e-6), restored, first,
+                         second)
+  translator = decode_lib.load_translator(output, DecodeSettings('greedy'))
+  hypotheses, _ = translator.translate(['In the beginning God created the heavens.'], 1)
+  assert len(hypotheses) == 1
+
+
+def test_averaging_more_checkpoints_than_kept_is_one_clear_error(trained_workdir):
+  with pytest.raises(ValueError, match='fewer than the 99'):
+    checkpoint_average.last_steps(trained_workdir, 99)
+
+
+def test_bfloat16_inference_casts_matrices_only_and_keeps_float32_logits(trained_workdir):
+  model_config = train_lib.load_model_config(trained_workdir)
+  params, _ = train_lib.restore_params(trained_workdir, model_config)
+  half_config, half = precision.for_inference(model_config, params, 'bfloat16')
+  assert half_config.dtype == 'bfloat16'
+  for leaf in jax.tree_util.tree_leaves(half):
+    assert leaf.dtype == (jnp.bfloat16 if leaf.ndim >= 2 else jnp.float32)
+  translator = decode_lib.load_translator(trained_workdir, DecodeSettings('greedy'), dtype='bfloat16')
+  sources = corpus.read_lines(str(DATA / 'genesis.en'))[:6]
+  hypotheses, stats = translator.translate(sources, 2)
+  assert len(hypotheses) == 6 and stats.sentences == 6
+  with pytest.raises(ValueError, match='dtype'):
+    precision.for_inference(model_config, params, 'float16')
+
+
+def test_mixed_distillation_draws_raw_with_probability_p_raw_and_is_deterministic():
+  n = 400
+  src = [[5 + i % 7] * 3 for i in range(n)]
+  raw = [[10] * 4 for _ in range(n)]
+  distilled = [[20] * 4 for _ in range(n)]
+  make = lambda p: batching.TrainBatches(src, raw, (8, 16), 64, seed=3, distilled_ids=distilled, p_raw=p)
+
+  def raw_share(batches, steps):
+    targets = np.concatenate([batches.batch(s).target[:, 0] for s in range(steps)])
+    return np.mean(targets == 10)
+
+  steps = make(0.0).batches_per_epoch
+  assert raw_share(make(0.0), steps) == 0.0
+  assert raw_share(make(1.0), steps) == 1.0
+  assert 0.4 < raw_share(make(0.5), 2 * steps) < 0.6
+  a, b = make(0.5), make(0.5)
+  for s in (0, 5, steps + 2):
+    np.testing.assert_array_equal(a.batch(s).target, b.batch(s).target)
+  # The plan (which pairs form which batch) does not depend on p_raw: only the targets differ.
+  np.testing.assert_array_equal(make(0.0).batch(4).source, make(1.0).batch(4).source)
+  with pytest.raises(ValueError, match='p_raw'):
+    make(1.5)
+
+
+def test_prepare_pairs_drops_a_pair_whose_distilled_target_is_empty():
+  src, tgt, dist, counts = batching.prepare_pairs([[5], [6], [7]], [[8], [9], [10]], 8, [[11], [], [12]])
+  assert src == [[5], [7]] and tgt == [[8], [10]] and dist == [[11], [12]] and counts['empty'] == 1
+
+
+@pytest.fixture(scope='module')
+def sources():
+  lines = corpus.read_lines(str(DATA / 'genesis.en'))[:21]
+  lines[7] = ''  # an empty source gives an empty distilled line, in place
+  return lines
+
+
+def test_a_killed_distillation_resumes_to_the_uninterrupted_output(trained_workdir, sources, tmp_path):
+  settings = DecodeSettings('beam', beam_size=2)
+  full = str(tmp_path / 'full')
+  result = distill.distill(trained_workdir, sources, full, settings, batch_size=4, chunk_sentences=8)
+  assert result.total == 21 and result.empty_sources == 1
+  expected = open(os.path.join(full, distill.DISTILLED_FILE), encoding='utf-8').read()
+  assert expected.split('\n')[7] == '' and expected.count('\n') == 21
+
+  part = str(tmp_path / 'part')
+  first = distill.distill(trained_workdir, sources, part, settings, batch_size=4, chunk_sentences=8, max_chunks=1)
+  assert first.total == 8
+  with open(os.path.join(part, distill.DISTILLED_FILE), 'a', encoding='utf-8') as f:
+    f.write('a line of a chunk\nthat was cut sh')  # killed mid-chunk: written, never recorded
+  second = distill.distill(trained_workdir, sources, part, settings, batch_size=4, chunk_sentences=8)
+  assert second.translated == 13 and second.total == 21
+  assert open(os.path.join(part, distill.DISTILLED_FILE), encoding='utf-8').read() == expected
+  assert distill.load_distilled_targets(part, sources) == expected.split('\n')[:-1]
+
+
+def test_distillation_refuses_other_settings_other_sources_and_unfinished_files(trained_workdir, sources, tmp_path):
+  out = str(tmp_path / 'kd')
+  distill.distill(trained_workdir, sources, out, DecodeSettings('greedy'), batch_size=4, chunk_sentences=8,
+                  max_chunks=1)
+  with pytest.raises(ValueError, match='settings'):
+    distill.distill(trained_workdir, sources, out, DecodeSettings('beam', beam_size=2), chunk_sentences=8)
+  with pytest.raises(ValueError, match='sources'):
+    distill.distill(trained_workdir, sources[:-1], out, DecodeSettings('greedy'), chunk_sentences=8)
+  with pytest.raises(ValueError, match='unfinished'):
+    distill.load_distilled_targets(out, sources)
+  with pytest.raises(ValueError, match='other training sources'):
+    distill.load_distilled_targets(out, sources[1:])
+
+
+def test_a_student_with_another_vocabulary_is_refused_before_decoding(trained_workdir, sources, tmp_path,
+                                                                     monkeypatch):
+  student = tmp_path / 'student'
+  student.mkdir()
+  (student / pipeline.TOKENIZER_FILE).write_bytes(b'another vocabulary')
+  monkeypatch.setattr(train_lib, 'restore_params', lambda *a, **k: pytest.fail('decoded before checking'))
+  with pytest.raises(ValueError, match='another vocabulary'):
+    distill.distill(trained_workdir, sources, str(tmp_path / 'kd'), student_workdir=str(student))
+
+
+def test_training_on_distilled_data_uses_the_teachers_vocabulary(trained_workdir, tiny_config, tmp_path):
+  train_sources = corpus.load_split(tiny_config.dataset, 'train').sources
+  kd = str(tmp_path / 'kd')
+  distill.distill(trained_workdir, train_sources, kd, DecodeSettings('greedy'), batch_size=32,
+                  chunk_sentences=1000)
+  config = copy.deepcopy(tiny_config)
+  config.dataset.distilled_dir = kd
+  config.dataset.p_raw = 0.5
+  student = str(tmp_path / 'student')
+  data = pipeline.load_training_data(config, student)
+  assert open(os.path.join(student, pipeline.TOKENIZER_FILE), 'rb').read() == open(
+      os.path.join(trained_workdir, pipeline.TOKENIZER_FILE), 'rb').read()
+  assert data.train_batches.distilled_ids is not None and data.train_batches.p_raw == 0.5
+  shutil.copyfile(os.path.join(DATA, 'genesis.en'), os.path.join(student, pipeline.TOKENIZER_FILE))
+  with pytest.raises(ValueError, match='another vocabulary'):
+    pipeline.load_training_data(config, student)
