@@ -13,6 +13,7 @@ import sys
 from absl import app, flags, logging
 
 from fastmt import cli, decode_lib
+from fastmt.data import corpus
 from fastmt.translate import DecodeSettings
 
 FLAGS = flags.FLAGS
@@ -28,7 +29,10 @@ flags.DEFINE_integer('parallel_length', 0, 'HGJ parallel length l (0 = the outpu
 flags.DEFINE_enum('projection', 'dense', ['dense', 'clustered'], 'Output projection.')
 flags.DEFINE_string('clusters', None, 'Clusters directory for --projection=clustered '
                     '(made by python -m fastmt.clusters_lib; default <workdir>/clusters/<direction>).')
-flags.DEFINE_string('direction', 'en_de', 'Language direction, for the default --clusters path.')
+flags.DEFINE_string('direction', 'en_de', 'Language direction: the default --clusters path, and the tag of '
+                    '--tag_inputs.')
+flags.DEFINE_bool('tag_inputs', False, 'Multilingual models: prefix every input line with the target-language '
+                  'tag of --direction (<2de> for en_de).')
 flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'],
                   'Inference precision: bfloat16 weights/activations, float32 softmax and logits.')
 flags.DEFINE_integer('batch_size', 32, 'Sentences per batch.')
@@ -47,6 +51,8 @@ def main(argv):
   settings = DecodeSettings(FLAGS.algorithm, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
                             block_size=FLAGS.block_size, parallel_length=FLAGS.parallel_length)
   sources = decode_lib.read_input(FLAGS.input, FLAGS.input_errors)
+  if FLAGS.tag_inputs:
+    sources = corpus.tag_sources(sources, FLAGS.direction)
   references = decode_lib.read_input(FLAGS.reference, 'replace') if FLAGS.reference else None
   clusters_dir = None
   if FLAGS.projection == 'clustered':

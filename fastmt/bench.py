@@ -195,6 +195,7 @@ flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed at batch 1.')
 flags.DEFINE_integer('large_batch_sentences', 256, 'Sentences timed at --batch_size.')
 flags.DEFINE_bool('exactness_at_batch1', True, 'Also translate the whole set at batch 1 to check exactness.')
 flags.DEFINE_integer('repeats', 3, 'Timed repeats (median reported).')
+flags.DEFINE_string('direction', '', 'Multilingual datasets: only this direction\'s lines (e.g. en_fr).')
 flags.DEFINE_integer('limit', 0, 'Translate only the first N sentences of the split (0 = all).')
 flags.DEFINE_string('output_dir', None, 'Where to write results.json, table.md and hypotheses.')
 
@@ -223,6 +224,8 @@ def main(argv):
   del argv
   config = train_lib.load_train_config(FLAGS.workdir)
   data = corpus.load_split(config.dataset, FLAGS.split)
+  if FLAGS.direction:
+    data = data.select(FLAGS.direction)
   sources, references = data.sources, data.targets
   if FLAGS.limit:
     sources, references = sources[:FLAGS.limit], references[:FLAGS.limit]

@@ -113,6 +113,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string('workdir', None, 'A train.py work directory.')
 flags.DEFINE_string('direction', None, 'Language direction name, e.g. en_de (the clusters sub-directory).')
 flags.DEFINE_string('input', None, 'Unlabelled source text; default: the workdir dataset\'s training sources.')
+flags.DEFINE_bool('tag_inputs', False, 'Prefix --input lines with the --direction\'s target-language tag '
+                  '(multilingual models).')
 flags.DEFINE_integer('max_sentences', 5000, 'Source sentences to record.')
 flags.DEFINE_integer('num_clusters', 500, 'k-means centroids.')
 flags.DEFINE_integer('top_k', 1, 'Likely tokens per state that enter the active sets.')
@@ -122,8 +124,11 @@ def main(argv):
   del argv
   if FLAGS.input:
     sources = corpus.read_lines(FLAGS.input)
+    if FLAGS.tag_inputs:
+      sources = corpus.tag_sources(sources, FLAGS.direction)
   else:
-    sources = corpus.load_split(train_lib.load_train_config(FLAGS.workdir).dataset, 'train').sources
+    train = corpus.load_split(train_lib.load_train_config(FLAGS.workdir).dataset, 'train')
+    sources = (train.select(FLAGS.direction) if train.directions is not None else train).sources
   build_for_workdir(FLAGS.workdir, FLAGS.direction, sources[:FLAGS.max_sentences], FLAGS.num_clusters, FLAGS.top_k)
 
 

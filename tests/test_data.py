@@ -3,6 +3,7 @@ deterministic length-bucketed batches, and clear errors for bad text files."""
 
 import sqlite3
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -13,7 +14,7 @@ from fastmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
 @pytest.fixture(scope='module')
 def synthetic_db(tmp_path_factory):
-  """bible.db with the real schema: books 1, 40-45, two English versions and German, a placeholder verse."""
+  """bible.db with the real schema: books 1, 40-45, two English versions, German and French, a placeholder."""
   path = tmp_path_factory.mktemp('db') / 'bible.db'
   conn = sqlite3.connect(path)
   conn.execute('CREATE TABLE bible (id INTEGER, bbName TEXT, bNumber INTEGER, cNumber INTEGER, vNumber INTEGER, '
@@ -22,7 +23,7 @@ def synthetic_db(tmp_path_factory):
   for book in (1, 40, 41, 42, 43, 44, 45):
     for chapter in (1, 2):
       for verse in (1, 2, 3):
-        for version in ('4', 'k', 'e'):
+        for version in ('4', 'k', 'e', 'l'):
           text = f'{version} book {book} {chapter}:{verse}'
           if (book, chapter, verse, version) == (1, 2, 2, 'e'):
             text = '-'  # a placeholder: no translation in this version
@@ -51,6 +52,25 @@ def test_builder_splits_by_book_in_verse_order(synthetic_db, tmp_path, monkeypat
   test = [splits['test'][i] for i in range(len(splits['test']))]
   assert [(int(e['chapter']), int(e['verse'])) for e in test] == [(c, v) for c in (1, 2) for v in (1, 2, 3)]
   assert test[0]['source'].decode() == '4 book 44 1:1'  # one source version (WEB) for evaluation
+
+
+def test_a_multilingual_dataset_tags_sources_and_keeps_each_pair_in_order(synthetic_db, tmp_path, monkeypatch):
+  monkeypatch.setattr(bible, 'fetch_database', lambda directory=None: synthetic_db)
+  dataset = ml_collections.ConfigDict({'name': 'bible/en_de+en_fr', 'data_dir': str(tmp_path)})
+  test = corpus.load_split(dataset, 'test')
+  assert test.directions == ['en_de'] * 6 + ['en_fr'] * 6
+  assert test.sources[0] == '<2de> 4 book 44 1:1' and test.sources[6] == '<2fr> 4 book 44 1:1'
+  assert test.targets[0] == 'e book 44 1:1' and test.targets[6] == 'l book 44 1:1'
+  french = test.select('en_fr')
+  assert french.targets == test.targets[6:] and french.directions == ['en_fr'] * 6
+  with pytest.raises(ValueError, match='en_es'):
+    test.select('en_es')
+  assert corpus.language_tags(dataset) == ['<2de>', '<2fr>']
+  assert corpus.tag_sources(['a', '', 'b'], 'en_ru') == ['<2ru> a', '', '<2ru> b']
+  train = corpus.load_split(dataset, 'train')
+  tokenizer = train_tokenizer(train.sources * 20 + train.targets * 20, str(tmp_path / 'spm.model'), 20,
+                              user_symbols=('<2de>', '<2fr>'))
+  assert '<2fr>' in tokenizer.pieces(tokenizer.encode(['<2fr> book'])[0])  # one piece, never split
 
 
 def test_read_lines_names_the_bad_line(tmp_path):

@@ -7,6 +7,11 @@ The config block that selects one (see configs/quickstart.py):
     dataset.name = 'text'                              # aligned files, one sentence per line
     dataset.train_files = ('train.en', 'train.de')     # (source, target) per split
     dataset.name = 'tfds:wmt14_translate/de-en'        # needs internet and a prepared array_record copy
+    dataset.name = 'bible/en_de+en_fr+en_es+en_ru'     # multilingual: one model, a target-language tag
+
+A multilingual dataset concatenates its pairs' splits (pair by pair, each in corpus order) and starts every
+source with the tag of its target language, `<2de> In the beginning ...`; the tags are single SentencePiece
+pieces (user-defined symbols), and `ParallelText.directions` says which pair each line belongs to.
 """
 
 import dataclasses
@@ -22,13 +27,49 @@ from fastmt.data import bible
 class ParallelText:
   sources: list[str]
   targets: list[str]
+  directions: list[str] | None = None  # per line, e.g. 'en_de' (multilingual datasets); None = one direction
 
   def __post_init__(self):
     if len(self.sources) != len(self.targets):
       raise ValueError(f'{len(self.sources)} source lines but {len(self.targets)} target lines')
+    if self.directions is not None and len(self.directions) != len(self.sources):
+      raise ValueError(f'{len(self.sources)} lines but {len(self.directions)} directions')
 
   def __len__(self):
     return len(self.sources)
+
+  def select(self, direction: str) -> 'ParallelText':
+    """The lines of one direction (all of them for a one-direction dataset named by it)."""
+    if self.directions is None:
+      raise ValueError(f'this dataset has one direction; --direction {direction!r} selects nothing')
+    keep = [i for i, d in enumerate(self.directions) if d == direction]
+    if not keep:
+      raise ValueError(f'no {direction!r} lines; the dataset has {sorted(set(self.directions))}')
+    return ParallelText([self.sources[i] for i in keep], [self.targets[i] for i in keep], [direction] * len(keep))
+
+
+def language_tag(direction: str) -> str:
+  """'en_de' -> '<2de>': the token that tells a multilingual model which language to produce."""
+  return f'<2{direction.split("_")[-1]}>'
+
+
+def bible_directions(dataset_config) -> list[str]:
+  """['en_de', 'en_fr'] for 'bible/en_de+en_fr'; [] for datasets that are not multilingual Bible sets."""
+  name = dataset_config.name
+  if not name.startswith('bible/') or '+' not in name:
+    return []
+  return name.split('/', 1)[1].split('+')
+
+
+def language_tags(dataset_config) -> list[str]:
+  """The tags a multilingual dataset's tokenizer must keep as single pieces ([] otherwise)."""
+  return [language_tag(d) for d in bible_directions(dataset_config)]
+
+
+def tag_sources(sources: list[str], direction: str) -> list[str]:
+  """Prefixes non-empty sources with the direction's tag (an empty line stays empty: nothing to translate)."""
+  tag = language_tag(direction)
+  return [f'{tag} {s}' if s.strip() else s for s in sources]
 
 
 def read_lines(path: str, errors: str = 'strict') -> list[str]:
@@ -59,6 +100,13 @@ def decode_lines(data: bytes, name: str, errors: str = 'strict') -> list[str]:
 def load_split(dataset_config, split: str) -> ParallelText:
   """Loads one split ('train', 'validation' or 'test') of the dataset the config names."""
   name = dataset_config.name
+  directions = bible_directions(dataset_config)
+  if directions:
+    parts = [_load_tfds(bible.Bible(config=d, data_dir=_data_dir(dataset_config)), split, 'source', 'target')
+             for d in directions]
+    return ParallelText([s for d, p in zip(directions, parts) for s in tag_sources(p.sources, d)],
+                        [t for p in parts for t in p.targets],
+                        [d for d, p in zip(directions, parts) for _ in range(len(p))])
   if name.startswith('bible/'):
     return _load_tfds(bible.Bible(config=name.split('/', 1)[1], data_dir=_data_dir(dataset_config)),
                       split, 'source', 'target')

@@ -44,7 +44,8 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
       shutil.copyfile(teacher_spm, path)
   if os.path.exists(path):
     return Tokenizer(path)
-  return train_tokenizer(train.sources + train.targets, path, config.vocab_size, seed=config.seed)
+  return train_tokenizer(train.sources + train.targets, path, config.vocab_size, seed=config.seed,
+                         user_symbols=tuple(corpus.language_tags(config.dataset)))
 
 
 def load_training_data(config, workdir: str, batch_multiple: int = 1) -> TrainingData:

@@ -47,8 +47,11 @@ class Tokenizer:
 
 
 def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sentences: int = 300_000,
-                    seed: int = 0) -> Tokenizer:
-  """Trains a joint unigram SentencePiece model on `texts` (sampled deterministically) and saves it."""
+                    seed: int = 0, user_symbols: tuple[str, ...] = ()) -> Tokenizer:
+  """Trains a joint unigram SentencePiece model on `texts` (sampled deterministically) and saves it.
+
+  user_symbols: strings that must stay single pieces (a multilingual model's target-language tags).
+  """
   texts = [t for t in texts if t.strip()]
   if len(texts) > max_sentences:
     texts = random.Random(seed).sample(texts, max_sentences)
@@ -57,7 +60,7 @@ def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sent
       sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size, model_type='unigram',
       character_coverage=1.0, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
       input_sentence_size=max_sentences, shuffle_input_sentence=False, num_threads=os.cpu_count() or 1,
-      minloglevel=2)
+      user_defined_symbols=list(user_symbols), minloglevel=2)
   os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
   tmp_path = model_path + '.tmp'
   with open(tmp_path, 'wb') as f:
