@@ -26,6 +26,8 @@ flags.DEFINE_integer('beam_size', 4, 'Beam size for --algorithm=beam.')
 flags.DEFINE_float('alpha', 0.6, 'Beam search length penalty.')
 flags.DEFINE_integer('block_size', 3, 'Jacobi block size b (pgj, hgj).')
 flags.DEFINE_integer('parallel_length', 0, 'HGJ parallel length l (0 = the output cap).')
+flags.DEFINE_enum('jacobi_init', 'pad', ['pad', 'bigram'], 'Jacobi guesses for new positions: pad (the paper\'s) '
+                  'or bigram (the most frequent successor in the training targets; exact either way).')
 flags.DEFINE_enum('projection', 'dense', ['dense', 'clustered'], 'Output projection.')
 flags.DEFINE_string('clusters', None, 'Clusters directory for --projection=clustered '
                     '(made by python -m fastmt.clusters_lib; default <workdir>/clusters/<direction>).')
@@ -49,7 +51,8 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
   settings = DecodeSettings(FLAGS.algorithm, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
-                            block_size=FLAGS.block_size, parallel_length=FLAGS.parallel_length)
+                            block_size=FLAGS.block_size, parallel_length=FLAGS.parallel_length,
+                            jacobi_init=FLAGS.jacobi_init)
   sources = decode_lib.read_input(FLAGS.input, FLAGS.input_errors)
   if FLAGS.tag_inputs:
     sources = corpus.tag_sources(sources, FLAGS.direction)

@@ -58,8 +58,13 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
   block = max_len if settings.algorithm == 'pj' else settings.block_size
   parallel = (min(settings.parallel_length, max_len) if settings.parallel_length else max_len
               ) if settings.algorithm == 'hgj' else max_len
-  result, trace = _traced_decode(translator.params, jnp.asarray(src), config=config, max_len=max_len,
-                                 block=block, parallel=parallel)
+  draft_table = None
+  if settings.jacobi_init == 'bigram':
+    if translator.draft_table is None:
+      raise ValueError("jacobi_init='bigram' needs a Translator with a draft table")
+    draft_table = translator.draft_table
+  result, trace = _traced_decode(translator.params, jnp.asarray(src), draft_table, config=config,
+                                 max_len=max_len, block=block, parallel=parallel)
   tokens = np.asarray(result.tokens[0])
   eos = np.flatnonzero(tokens == EOS_ID)
   length = int(eos[0]) + 1 if len(eos) else len(tokens)
@@ -72,17 +77,19 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
   return SentenceTrace(source, [vocab_pieces[t] for t in final.tolist()], final,
                        np.asarray(trace.start[:iterations, 0]), predictions,
                        np.asarray(trace.probabilities[:iterations, 0]), np.asarray(trace.accepted[:iterations, 0]),
-                       vocab_pieces, f'{settings.algorithm} b={block}' + (f' l={parallel}' if parallel < max_len else ''))
+                       vocab_pieces, f'{settings.algorithm} b={block}' + (f' l={parallel}' if parallel < max_len else '') +
+                       f' init={settings.jacobi_init}')
 
 
 @functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel'))
-def _traced_decode(params, source, *, config, max_len, block, parallel):
+def _traced_decode(params, source, draft_table, *, config, max_len, block, parallel):
   model = models.Transformer(config)
   encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
   memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
   cache = models.init_cache(config, source.shape[0], max_len + block)
+  initializer = jacobi.pad_initializer if draft_table is None else jacobi.chain_initializer(draft_table)
   return jacobi.jacobi_decode(make_step_fn(model, params, memory), cache, source.shape[0], max_len, block,
-                              parallel_length=parallel, return_trace=True)
+                              parallel_length=parallel, initializer=initializer, return_trace=True)
 
 
 def _cells(trace: SentenceTrace):

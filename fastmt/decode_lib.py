@@ -3,14 +3,17 @@
 import dataclasses
 import json
 import logging
+import os
 import statistics
 import sys
 import time
 
+import numpy as np
 import sacrebleu
 
 from fastmt import precision, train_lib
 from fastmt.data import corpus, pipeline
+from fastmt.decoding import drafts
 from fastmt.translate import DecodeSettings, Translator
 
 
@@ -38,11 +41,31 @@ def read_input(path: str, errors: str) -> list[str]:
   return corpus.read_lines(path, errors=errors)
 
 
+DRAFT_TABLE_FILE = 'bigram_draft.npy'
+
+
+def load_draft_table(workdir: str) -> np.ndarray:
+  """The bigram draft table of a workdir's training targets (decoding/drafts.py), built once and cached there.
+
+  Only the training split is read: the table is part of the model's training data, never of its test.
+  """
+  path = os.path.join(workdir, DRAFT_TABLE_FILE)
+  if os.path.exists(path):
+    return np.load(path)
+  config = train_lib.load_train_config(workdir)
+  tokenizer = pipeline.load_tokenizer(workdir)
+  targets = corpus.load_split(config.dataset, 'train').targets
+  table = drafts.bigram_table(tokenizer.encode(targets), tokenizer.vocab_size)
+  np.save(path + '.tmp.npy', table)
+  os.replace(path + '.tmp.npy', path)
+  return table
+
+
 def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | None = None,
                     dtype: str = 'float32') -> Translator:
   """The workdir's latest checkpoint as a Translator; clusters_dir selects the clustered output projection
   (a direction without clusters falls back to the dense projection with a warning); dtype 'bfloat16' decodes
-  in half precision (fastmt.precision)."""
+  in half precision (fastmt.precision); settings.jacobi_init='bigram' loads the draft table."""
   model_config = train_lib.load_model_config(workdir)
   params, step = train_lib.restore_params(workdir, model_config)
   model_config, params = precision.for_inference(model_config, params, dtype)
@@ -55,7 +78,8 @@ def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | 
       clusters = clusters_lib.load_clusters(clusters_dir, model_config, tokenizer)
     except FileNotFoundError as e:
       logging.warning('%s: using the dense projection for this direction', e)
-  return Translator(model_config, params, tokenizer, settings, clusters)
+  draft_table = load_draft_table(workdir) if settings.jacobi_init == 'bigram' else None
+  return Translator(model_config, params, tokenizer, settings, clusters, draft_table)
 
 
 def translate_and_measure(translator: Translator, sources, references=None, batch_size: int = 32,

@@ -34,6 +34,7 @@ class DecodeSettings:
   block_size: int = 3  # Jacobi PGJ/HGJ block size b
   parallel_length: int = 0  # HGJ parallel length l; 0 = the output cap
   output_length_ratio: float = 2.0  # output cap = min(model max_length, ratio * source bucket + 8)
+  jacobi_init: str = 'pad'  # Jacobi guesses for new positions: 'pad' (the paper's) or 'bigram' (a draft table)
 
   def __post_init__(self):
     registry.validate(self)
@@ -69,11 +70,12 @@ def output_cap(config: ModelConfig, source_length: int, settings: DecodeSettings
   return min(config.max_length, int(math.ceil(settings.output_length_ratio * source_length)) + 8)
 
 
-def decode_source_batch(params, source, clusters=None, *, config: ModelConfig,
+def decode_source_batch(params, source, clusters=None, draft_table=None, *, config: ModelConfig,
                         settings: DecodeSettings) -> DecodeOutput:
   """Encodes source [B, S] and decodes it with settings.algorithm. Jit with config/settings static.
 
   clusters: optional projection.Clusters (the clustered output projection); None = dense.
+  draft_table: int32 [V] next-token guesses for settings.jacobi_init='bigram' (decoding/drafts.py).
   """
   model = models.Transformer(config)
   batch = source.shape[0]
@@ -84,21 +86,27 @@ def decode_source_batch(params, source, clusters=None, *, config: ModelConfig,
   rows = batch * algorithm.rows_per_sentence(settings)
   memory = algorithm.expand(memory, settings)
   cache = models.init_cache(config, rows, algorithm.cache_length(max_len, settings))
-  return algorithm.run(make_step_fn(model, params, memory, clusters), cache, batch, max_len, settings)
+  return algorithm.run(make_step_fn(model, params, memory, clusters), cache, batch, max_len, settings,
+                       draft_table)
 
 
 class Translator:
   """Translates lists of strings; one compiled function per (batch size, source bucket)."""
 
   def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings(),
-               clusters=None):
+               clusters=None, draft_table=None):
     if tokenizer.vocab_size != config.vocab_size:
       raise ValueError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
     if clusters is not None and clusters.vocab_size != config.vocab_size:
       raise ValueError(f'clusters were built for a {clusters.vocab_size}-token vocabulary, the model has '
                        f'{config.vocab_size}')
     self.config, self.params, self.tokenizer, self.settings = config, params, tokenizer, settings
+    if settings.jacobi_init == 'bigram' and draft_table is None:
+      raise ValueError("jacobi_init='bigram' needs a draft table (decode_lib.load_draft_table(workdir))")
+    if draft_table is not None and np.shape(draft_table) != (config.vocab_size,):
+      raise ValueError(f'draft table has shape {np.shape(draft_table)}, the model a {config.vocab_size} vocabulary')
     self.clusters = clusters
+    self.draft_table = None if draft_table is None else jnp.asarray(draft_table, jnp.int32)
     self._decode = jax.jit(functools.partial(decode_source_batch, config=config, settings=settings))
     self.buckets = tuple(b for b in SOURCE_BUCKETS if b < config.max_length) + (config.max_length,)
 
@@ -126,7 +134,7 @@ class Translator:
       yield indices, source
 
   def decode_batch(self, source: np.ndarray) -> DecodeOutput:
-    return jax.block_until_ready(self._decode(self.params, jnp.asarray(source), self.clusters))
+    return jax.block_until_ready(self._decode(self.params, jnp.asarray(source), self.clusters, self.draft_table))
 
   def translate_ids(self, texts: list[str], batch_size: int = 32):
     """Output token ids per input (up to EOS, without it; empty for empty inputs), with statistics."""

@@ -113,3 +113,13 @@ def test_pad_after_eos_and_output_lengths():
   tokens = jnp.array([[5, 1, 6, 1], [5, 6, 7, 8]])
   np.testing.assert_array_equal(step.pad_after_eos(tokens), [[5, 1, 0, 0], [5, 6, 7, 8]])
   np.testing.assert_array_equal(step.output_lengths(tokens), [2, 4])
+
+
+def test_bigram_table_picks_the_most_frequent_successor():
+  from fastmt.decoding import drafts  # pylint: disable=g-import-not-at-top
+  # BOS 5 6 EOS / BOS 5 7 EOS / BOS 5 6 EOS / BOS 9 EOS: 5 -> 6 (twice), BOS -> 5, 6 -> EOS, 9 -> EOS.
+  table = drafts.bigram_table([[5, 6], [5, 7], [5, 6], [9], []], VOCAB)
+  assert table[BOS_ID] == 5 and table[5] == 6 and table[6] == EOS_ID and table[7] == EOS_ID
+  assert table[11] == EOS_ID  # never seen: EOS
+  tie = drafts.bigram_table([[5, 8], [5, 7]], VOCAB)
+  assert tie[5] == 7  # ties go to the smaller id

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import markov_step, model_step, positional_step, random_model, stub_cache
 from fastmt import models
-from fastmt.decoding import greedy, jacobi
+from fastmt.decoding import drafts, greedy, jacobi
 from fastmt.decoding.step import EOS_ID
 
 A, B, C, D, E, F = 5, 6, 7, 8, 9, 10
@@ -50,6 +50,32 @@ def test_window_of_one_is_greedy_on_a_markov_chain():
   np.testing.assert_array_equal(j.decoder_calls, g.decoder_calls)
 
 
+def _perfect_draft():
+  """A next-token table that knows SEQ: BOS -> A -> B -> ... -> F -> EOS."""
+  table = np.full(16, EOS_ID)
+  for previous, following in zip([2] + SEQ[:-1], SEQ):
+    table[previous] = following
+  return table
+
+
+def test_pgj_with_a_perfect_draft_accepts_whole_blocks():
+  """b=3, drafts always right: accept 3 (A B C), 3 (D E F), then EOS: 3 iterations for 7 tokens."""
+  seqs = np.array([SEQ + [A] * 5])
+  init = jacobi.chain_initializer(_perfect_draft())
+  out, trace = jacobi.pgj_decode(positional_step(seqs), stub_cache(1, 15), 1, 12, 3, initializer=init,
+                                 return_trace=True)
+  np.testing.assert_array_equal(out.tokens[0, :8], SEQ + [0])
+  np.testing.assert_array_equal(trace.accepted[:4, 0], [3, 3, 1, 0])
+  np.testing.assert_array_equal(trace.inputs[:3, 0], [[2, A, B], [C, D, E], [F, EOS_ID, EOS_ID]])
+  np.testing.assert_array_equal(out.decoder_calls, [3])
+
+
+def test_chain_initializer_follows_the_table_from_each_anchor():
+  table = np.array([0, 1, 5, 3, 4, 6, 7, 5])  # 2 -> 5 -> 6 -> 7 -> 5 ...
+  guesses = jacobi.chain_initializer(table)(4)(jnp.array([2, 6, 1]))
+  np.testing.assert_array_equal(guesses, [[5, 6, 7, 5], [7, 5, 6, 7], [1, 1, 1, 1]])
+
+
 def test_no_eos_runs_to_the_cap_exactly():
   seqs = np.array([[A, B] * 6])
   out = jacobi.pj_decode(positional_step(seqs), stub_cache(1, 16), 1, 8)
@@ -68,12 +94,20 @@ def test_every_jacobi_variant_equals_greedy_on_random_models(seed, batch):
   step_fn = model_step(model, params, jnp.array(source), eos_after)
   max_len = 16
   g = greedy.greedy_search(step_fn, models.init_cache(model.config, batch, max_len), batch, max_len)
+  vocab = model.config.vocab_size
+  random_draft = jacobi.chain_initializer(rng.integers(0, vocab, vocab))
+  greedy_draft = jacobi.chain_initializer(drafts.bigram_table(np.asarray(g.tokens), vocab))
   variants = {
       'pj': lambda c: jacobi.pj_decode(step_fn, c, batch, max_len),
       'pgj2': lambda c: jacobi.pgj_decode(step_fn, c, batch, max_len, 2),
       'pgj3': lambda c: jacobi.pgj_decode(step_fn, c, batch, max_len, 3),
       'pgj5': lambda c: jacobi.pgj_decode(step_fn, c, batch, max_len, 5),
       'hgj3': lambda c: jacobi.hgj_decode(step_fn, c, batch, max_len, 3, parallel_length=5),
+      # Exact whatever the guesses: a random draft table, and a table that is often right (greedy's own).
+      'pgj3+random': lambda c: jacobi.pgj_decode(step_fn, c, batch, max_len, 3, initializer=random_draft),
+      'pj+greedy_draft': lambda c: jacobi.pj_decode(step_fn, c, batch, max_len, initializer=greedy_draft),
+      'hgj4+greedy_draft': lambda c: jacobi.hgj_decode(step_fn, c, batch, max_len, 4, parallel_length=7,
+                                                       initializer=greedy_draft),
   }
   for name, run in variants.items():
     out = run(models.init_cache(model.config, batch, 2 * max_len))

@@ -31,12 +31,35 @@ import jax.numpy as jnp
 from fastmt.decoding.greedy import DecodeOutput
 from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, causal_window_mask
 
-# An initialiser maps (batch_size, width) to the initial guesses [B, W] for positions entering the window.
-Initializer = Callable[[int, int], jax.Array]
+# Guesses for positions entering the window. An initialiser is called once per loop with the (static) window
+# width, outside the loop body so that any table it precomputes is built once, and returns a function from
+# the anchor token of each row (int32 [B]: the token just before the first new position, BOS at the start)
+# to guesses int32 [B, W] for the W positions that follow it. Exactness never depends on the guesses (every
+# committed token is verified); only the number of iterations does.
+Initializer = Callable[[int], Callable[[jax.Array], jax.Array]]
 
 
-def pad_initializer(batch_size: int, width: int) -> jax.Array:
-  return jnp.full((batch_size, width), PAD_ID, jnp.int32)
+def pad_initializer(width: int) -> Callable[[jax.Array], jax.Array]:
+  """The paper's initialisation: every new position starts as PAD."""
+  return lambda anchor: jnp.full((anchor.shape[0], width), PAD_ID, jnp.int32)
+
+
+def chain_initializer(next_token: jax.Array) -> Initializer:
+  """Guesses by following a next-token table from the anchor: g_1 = next[anchor], g_j = next[g_(j-1)].
+
+  next_token: int32 [V], e.g. the most frequent successor of each token in the training targets
+  (fastmt.decoding.drafts.bigram_table). The W-step chains from every token are tabulated once per loop
+  ([W, V] gathers), so a new guess costs one gather inside the loop.
+  """
+  next_token = jnp.asarray(next_token, jnp.int32)
+
+  def for_width(width: int):
+    def follow(previous, _):
+      following = next_token[previous]
+      return following, following
+    _, chains = jax.lax.scan(follow, jnp.arange(next_token.shape[0], dtype=jnp.int32), None, length=width)
+    return lambda anchor: chains[:, anchor].T  # [W, V] -> [B, W]
+  return for_width
 
 
 @flax.struct.dataclass
@@ -64,10 +87,12 @@ class JacobiState:
 def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, parallel_limit: int,
                  initializer: Initializer) -> JacobiState:
   """Runs iterations with window `width` while some row is unfinished and below `parallel_limit`."""
-  batch = state.committed.shape[0]
   cache_length = jax.tree_util.tree_leaves(state.cache)[0].shape[1]
-  guess = state.guess[:, :width] if state.guess.shape[1] >= width else jnp.concatenate(
-      [state.guess, initializer(batch, width - state.guess.shape[1])], axis=1)
+  guesses_after = initializer(width)  # built here, once: the loop body only indexes into it
+  kept = min(width, state.guess.shape[1])
+  guess = state.guess[:, :kept]
+  if kept < width:
+    guess = jnp.concatenate([guess, guesses_after(guess[:, -1])[:, :width - kept]], axis=1)
   state = state.replace(guess=guess)
   window = jnp.arange(width)
 
@@ -98,9 +123,12 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     tokens = jax.vmap(lambda row, new, at: jax.lax.dynamic_update_slice(row, new, (at + 1,)))(
         s.tokens, predictions, n)
     tokens = jnp.where(s.done[:, None], s.tokens, tokens)
-    # Unverified predictions become the next guesses; new positions take the initialiser's value.
-    shifted = jnp.take_along_axis(predictions, jnp.minimum(window[None, :] + accepted[:, None], width - 1), 1)
-    guess = jnp.where(window[None, :] + accepted[:, None] < width, shifted, initializer(batch, width))
+    # Unverified predictions become the next guesses; the `accepted` positions that enter the window take
+    # the initialiser's guesses for the positions after the window's last prediction.
+    slot = window[None, :] + accepted[:, None]  # [B, W]: index into predictions, then past the window
+    shifted = jnp.take_along_axis(predictions, jnp.minimum(slot, width - 1), 1)
+    fresh = jnp.take_along_axis(guesses_after(predictions[:, -1]), jnp.clip(slot - width, 0, width - 1), 1)
+    guess = jnp.where(slot < width, shifted, fresh)
     guess = jnp.where(s.done[:, None], s.guess, guess)
 
     trace = s.trace
@@ -153,7 +181,8 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
                         jnp.zeros(shape, jnp.int32), jnp.zeros(shape, jnp.float32),
                         jnp.zeros(shape[:2], jnp.int32))
   zeros = jnp.zeros((batch_size,), jnp.int32)
-  state = JacobiState(jnp.int32(0), tokens, zeros, initializer(batch_size, block_size),
+  first_guesses = initializer(block_size)(jnp.full((batch_size,), BOS_ID, jnp.int32))
+  state = JacobiState(jnp.int32(0), tokens, zeros, first_guesses,
                       jnp.zeros((batch_size,), bool), zeros, cache, trace)
   state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer)
   if parallel_length < max_length:

@@ -11,7 +11,7 @@ from fastmt.decoding import beam, greedy, jacobi
 
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
-  run: Callable[..., Any]  # (step_fn, cache, batch_size, max_length, settings) -> DecodeOutput
+  run: Callable[..., Any]  # (step_fn, cache, batch_size, max_length, settings, draft_table) -> DecodeOutput
   rows_per_sentence: Callable[[Any], int] = lambda settings: 1
   cache_length: Callable[[int, Any], int] = lambda max_length, settings: max_length
   expand: Callable[[Any, Any], Any] = lambda tree, settings: tree  # per-sentence -> per-row pytree
@@ -23,36 +23,51 @@ def _check_beam(settings):
     raise ValueError(f'beam_size must be >= 1, got {settings.beam_size}')
 
 
+JACOBI_INITS = ('pad', 'bigram')
+
+
 def _check_jacobi(settings):
+  if settings.jacobi_init not in JACOBI_INITS:
+    raise ValueError(f'jacobi_init must be one of {JACOBI_INITS}, got {settings.jacobi_init!r}')
   if settings.block_size < 1:
     raise ValueError(f'block_size must be >= 1, got {settings.block_size}')
   if settings.parallel_length < 0:
     raise ValueError(f'parallel_length must be >= 0 (0 = the output cap), got {settings.parallel_length}')
 
 
-def _hgj(step_fn, cache, batch, max_len, s):
+def _initializer(settings, draft_table):
+  """The Jacobi initialiser that settings.jacobi_init names ('bigram' chains through draft_table)."""
+  if settings.jacobi_init == 'pad':
+    return jacobi.pad_initializer
+  return jacobi.chain_initializer(draft_table)
+
+
+def _hgj(step_fn, cache, batch, max_len, s, draft_table):
   # parallel_length beyond this batch's output cap means "parallel to the end"; 0 means the cap too.
   parallel = min(s.parallel_length, max_len) if s.parallel_length else max_len
-  return jacobi.hgj_decode(step_fn, cache, batch, max_len, s.block_size, parallel)
+  return jacobi.hgj_decode(step_fn, cache, batch, max_len, s.block_size, parallel,
+                           initializer=_initializer(s, draft_table))
 
 
 _jacobi_cache = lambda width: (lambda max_len, s: max_len + min(width(s, max_len), max_len))
 
 ALGORITHMS = {
     'greedy': Algorithm(
-        run=lambda step_fn, cache, batch, max_len, s: greedy.greedy_search(step_fn, cache, batch, max_len)),
+        run=lambda step_fn, cache, batch, max_len, s, _: greedy.greedy_search(step_fn, cache, batch, max_len)),
     'beam': Algorithm(
-        run=lambda step_fn, cache, batch, max_len, s: beam.beam_search(
+        run=lambda step_fn, cache, batch, max_len, s, _: beam.beam_search(
             step_fn, cache, batch, s.beam_size, max_len, s.alpha),
         rows_per_sentence=lambda s: s.beam_size,
         expand=lambda tree, s: beam.expand_to_beams(tree, s.beam_size),
         check=_check_beam),
     'pj': Algorithm(
-        run=lambda step_fn, cache, batch, max_len, s: jacobi.pj_decode(step_fn, cache, batch, max_len),
-        cache_length=_jacobi_cache(lambda s, max_len: max_len)),
+        run=lambda step_fn, cache, batch, max_len, s, table: jacobi.pj_decode(
+            step_fn, cache, batch, max_len, initializer=_initializer(s, table)),
+        cache_length=_jacobi_cache(lambda s, max_len: max_len),
+        check=_check_jacobi),
     'pgj': Algorithm(
-        run=lambda step_fn, cache, batch, max_len, s: jacobi.pgj_decode(
-            step_fn, cache, batch, max_len, s.block_size),
+        run=lambda step_fn, cache, batch, max_len, s, table: jacobi.pgj_decode(
+            step_fn, cache, batch, max_len, s.block_size, initializer=_initializer(s, table)),
         cache_length=_jacobi_cache(lambda s, max_len: s.block_size),
         check=_check_jacobi),
     'hgj': Algorithm(run=_hgj, cache_length=_jacobi_cache(lambda s, max_len: s.block_size),
