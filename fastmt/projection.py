@@ -6,13 +6,19 @@ hidden states h and their top-K tokens, fit k-means (mini-batch Lloyd in JAX, so
 each cluster the union of its members' top-K tokens as its active set.
 
 Online, for a batch of hidden states: the nearest centroid by argmin ||C_j||^2 - 2 h.C_j (Eq. 2; ||C||^2 is
-precomputed), the union of the active sets over the batch as a boolean mask over the vocabulary, turned into a
-fixed-capacity index list; the reduced projection gathers those embedding rows with `jnp.take`, and the
-logits are scattered back with a finite -inf everywhere else.
+precomputed), the union of the active sets over the batch as a boolean mask over the vocabulary, turned into
+an index list; the reduced projection gathers those embedding rows with `jnp.take`, and the logits are
+scattered back with a finite -inf everywhere else.
 
-Documented fallbacks: when the union is larger than the capacity, that call uses the dense projection (exact,
-counted by the caller through `overflowed`); EOS is always in the union, so a row never has only -inf logits
-(and NEG_INF is finite, so softmax never makes NaN).
+Static shapes: the union's size varies from call to call (one state or a batch of 32, common or rare
+clusters), so the index list has one of a few fixed widths, 128, 256, 512, ... up to `capacity`, chosen per
+call by `lax.switch` (each width is compiled once, like a length bucket); a call pays for the smallest width
+that holds its union.
+
+Documented fallbacks: when the union is larger than `capacity` (by default half the vocabulary, beyond which
+the gather costs more than it saves), that call uses the dense projection (exact; `overflowed` says so); EOS
+is always in the union, so a row never has only -inf logits (and NEG_INF is finite, so softmax never makes
+NaN).
 """
 
 import flax.struct
@@ -35,11 +41,29 @@ class Clusters:
   centroid_sq_norms: jax.Array  # float32 [C]: ||C_j||^2, precomputed once
   active_sets: jax.Array  # int32 [C, A]: token ids of each cluster's active set, padded with vocab_size
   vocab_size: int = flax.struct.field(pytree_node=False)
-  capacity: int = flax.struct.field(pytree_node=False)  # columns of the reduced projection
+  capacity: int = flax.struct.field(pytree_node=False)  # most columns of a reduced projection; beyond: dense
 
   @property
   def num_clusters(self) -> int:
     return self.centroids.shape[0]
+
+  @property
+  def widths(self) -> tuple[int, ...]:
+    """The reduced projection's widths, smallest first: 128, 256, ... doubling, then capacity itself."""
+    widths, width = [], min(128, self.capacity)
+    while width < self.capacity:
+      widths.append(width)
+      width *= 2
+    return tuple(widths) + (self.capacity,)
+
+  def nbytes(self) -> int:
+    """Memory the clusters add to the model: centroids, their norms and the padded active sets."""
+    return sum(int(x.size) * x.dtype.itemsize for x in (self.centroids, self.centroid_sq_norms, self.active_sets))
+
+
+def default_capacity(vocab_size: int) -> int:
+  """Half the vocabulary (rounded up to 128): a larger union is projected densely, which is then as fast."""
+  return int(min(vocab_size, -(-(vocab_size // 2) // 128) * 128))
 
 
 def nearest_centroid(hidden, centroids, centroid_sq_norms):
@@ -91,7 +115,7 @@ def build_clusters(hidden, top_tokens, centroids, vocab_size: int, capacity: int
   """Active sets from recorded states: cluster j's set is the union of its members' top-K tokens.
 
   hidden [N, E], top_tokens int [N, K] (the model's K most likely tokens for each state).
-  capacity: reduced-projection columns (default: the largest union of 16 active sets, rounded up to 128).
+  capacity: the widest reduced projection (default: default_capacity(vocab_size)).
   """
   centroids = jnp.asarray(centroids, jnp.float32)
   sq = (centroids**2).sum(-1)
@@ -104,41 +128,53 @@ def build_clusters(hidden, top_tokens, centroids, vocab_size: int, capacity: int
   active = np.full((len(sets), width), vocab_size, np.int32)
   for j, s in enumerate(sets):
     active[j, :len(s)] = sorted(s)
-  if capacity is None:
-    largest = sorted((len(s) for s in sets), reverse=True)[:16]
-    capacity = int(min(vocab_size, -(-max(1, sum(largest)) // 128) * 128))
+  capacity = default_capacity(vocab_size) if capacity is None else capacity
   return Clusters(centroids, sq, jnp.asarray(active), vocab_size, capacity)
 
 
-def active_columns(hidden, clusters: Clusters):
-  """The union of the batch's active sets as a fixed-capacity index list.
+def active_mask(hidden, clusters: Clusters):
+  """The union of the active sets of the states' nearest clusters.
 
-  hidden [..., E] -> (indices int32 [capacity] padded with vocab_size, number of active columns).
+  hidden [..., E] -> (bool [V] mask, int32 [] number of active columns).
   """
   flat = hidden.reshape(-1, hidden.shape[-1])
   assign = nearest_centroid(flat, clusters.centroids, clusters.centroid_sq_norms)  # [N]
   mask = jnp.zeros((clusters.vocab_size,), bool)
   mask = mask.at[clusters.active_sets[assign].ravel()].set(True, mode='drop')  # padding ids fall outside
   mask = mask.at[EOS_ID].set(True)  # every row keeps a valid token, even for an empty active set
-  count = mask.sum()
-  (indices,) = jnp.nonzero(mask, size=clusters.capacity, fill_value=clusters.vocab_size)
+  return mask, mask.sum().astype(jnp.int32)
+
+
+def active_columns(hidden, clusters: Clusters, width: int | None = None):
+  """The union of the batch's active sets as an index list of a fixed width (default: clusters.capacity).
+
+  hidden [..., E] -> (indices int32 [width] ascending, padded with vocab_size; number of active columns).
+  """
+  mask, count = active_mask(hidden, clusters)
+  (indices,) = jnp.nonzero(mask, size=width or clusters.capacity, fill_value=clusters.vocab_size)
   return indices.astype(jnp.int32), count
+
+
+def reduced_logits(hidden, embedding, mask, width: int):
+  """Logits [..., V] computed only for the first `width` active columns of mask [V]; NEG_INF elsewhere."""
+  vocab = embedding.shape[0]
+  (indices,) = jnp.nonzero(mask, size=width, fill_value=vocab)
+  weights = jnp.take(embedding, indices, axis=0, mode='clip')  # [width, E]; padding rows are never kept
+  sub = jnp.einsum('...e,ce->...c', hidden.astype(jnp.float32), weights.astype(jnp.float32))  # [..., width]
+  full = jnp.full(hidden.shape[:-1] + (vocab,), NEG_INF, jnp.float32)
+  return full.at[..., indices].set(sub, mode='drop')  # index `vocab` (padding) is dropped
 
 
 def clustered_logits(hidden, embedding, clusters: Clusters):
   """Drop-in output layer: logits [..., V], exact on the batch's active columns, NEG_INF elsewhere.
 
-  Returns (logits, overflowed): when the union exceeds clusters.capacity the dense projection is used for
-  this call (overflowed=True), so no active token is ever silently dropped.
+  The reduced projection runs at the smallest of clusters.widths that holds the union. Returns (logits,
+  overflowed): when the union exceeds clusters.capacity the dense projection is used for this call
+  (overflowed=True), so no active token is ever silently dropped.
   """
-  indices, count = active_columns(hidden, clusters)
-
-  def reduced(_):
-    weights = jnp.take(embedding, indices, axis=0, mode='clip')  # [capacity, E]; padding rows unused
-    sub = jnp.einsum('...e,ce->...c', hidden.astype(jnp.float32), weights.astype(jnp.float32))
-    full = jnp.full(hidden.shape[:-1] + (clusters.vocab_size,), NEG_INF, jnp.float32)
-    return full.at[..., indices].set(sub, mode='drop')
-
-  overflowed = count > clusters.capacity
-  logits = jax.lax.cond(overflowed, lambda _: dense_logits(hidden, embedding), reduced, None)
-  return logits, overflowed
+  mask, count = active_mask(hidden, clusters)
+  widths = clusters.widths
+  branches = [lambda h, w=w: reduced_logits(h, embedding, mask, w) for w in widths]
+  branches.append(lambda h: dense_logits(h, embedding))
+  choice = jnp.searchsorted(jnp.asarray(widths), count)  # first width >= count; len(widths) = dense
+  return jax.lax.switch(choice, branches, hidden), count > clusters.capacity

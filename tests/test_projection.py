@@ -95,3 +95,29 @@ def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path):
   import pytest
   with pytest.raises(ValueError, match='built for model/vocabulary'):
     clusters_lib.load_clusters(str(tmp_path / 'c'), model_config.replace(emb_dim=64, num_heads=4), tokenizer)
+
+
+def test_the_reduced_width_always_holds_the_union():
+  """Unions just below, at and above each width (128, 256, 512 = capacity): every active column is kept,
+  exact; every other column is NEG_INF; above the capacity the call is dense."""
+  vocab, dim = 1100, 8
+  rng = np.random.default_rng(3)
+  embedding = jnp.asarray(rng.standard_normal((vocab, dim)), jnp.float32)
+  hidden = jnp.asarray(rng.standard_normal((2, dim)), jnp.float32)
+  dense = np.asarray(projection.dense_logits(hidden, embedding))
+  for count in (1, 127, 128, 129, 256, 257, 511, 512, 513):
+    tokens = np.concatenate([[EOS_ID], rng.choice(np.arange(2, vocab), count - 1, replace=False)])
+    active = np.full((1, 600), vocab, np.int32)
+    active[0, :count] = tokens
+    clusters = projection.Clusters(hidden[:1], (hidden[:1]**2).sum(-1), jnp.asarray(active), vocab, capacity=512)
+    assert clusters.widths == (128, 256, 512)
+    logits, overflowed = projection.clustered_logits(hidden, embedding, clusters)
+    logits = np.asarray(logits)
+    assert bool(overflowed) == (count > 512)
+    if count > 512:
+      np.testing.assert_allclose(logits, dense, rtol=1e-6)
+      continue
+    on = np.zeros(vocab, bool)
+    on[tokens] = True
+    np.testing.assert_allclose(logits[:, on], dense[:, on], rtol=1e-5, atol=1e-5)
+    assert (logits[:, ~on] == NEG_INF).all(), count
