@@ -6,6 +6,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= runs/quickstart
+# Extra flags, e.g. a smoke run of the whole path:
+#   make demo WORKDIR=runs/smoke TRAIN_FLAGS=--config.num_train_steps=100 BENCH_FLAGS=--limit=64
+TRAIN_FLAGS ?=
+BENCH_FLAGS ?=
 
 .PHONY: setup demo test clean
 
@@ -19,9 +23,9 @@ $(VENV)/.installed: requirements.lock setup.cfg
 setup: $(VENV)/.installed
 
 demo: setup
-	$(PY) train.py --config configs/quickstart.py --workdir $(WORKDIR)
+	$(PY) train.py --config configs/quickstart.py --workdir $(WORKDIR) $(TRAIN_FLAGS)
 	$(PY) -m fastmt.bench --workdir $(WORKDIR) --split test --exactness_at_batch1=false \
-	    --large_batch_sentences 128 --output_dir $(WORKDIR)/bench
+	    --large_batch_sentences 128 --output_dir $(WORKDIR)/bench $(BENCH_FLAGS)
 
 test: setup
 	$(PY) -m pytest tests

@@ -16,34 +16,37 @@ import platform
 import statistics
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 import jax
 import numpy as np
 import sacrebleu
 
 from fastmt.data import corpus, pipeline
-from fastmt import precision, roofline, train_lib
+from fastmt import decode_lib, precision, roofline, train_lib
 from fastmt.translate import DecodeSettings, Translator
 
 DEFAULT_METHODS = ('greedy', 'beam:4', 'pj', 'pgj:3', 'pgj:5', 'hgj:3')
 
 
 def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
-  """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L', optionally '@bf16' -> (label, settings, dtype)."""
+  """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L', then optionally '+bigram' (Jacobi draft
+  guesses) and '@bf16' (half precision) -> (label, settings, dtype)."""
+  label = spec
   spec, _, suffix = spec.partition('@')
   dtype = {'': 'float32', 'fp32': 'float32', 'bf16': 'bfloat16'}.get(suffix)
   if dtype is None:
     raise ValueError(f'Unknown precision suffix @{suffix}: use @bf16 (or none for float32)')
-  label = spec + (f'@{suffix}' if suffix else '')
+  spec, _, init = spec.partition('+')
   name, *args = spec.split(':')
   values = [int(a) for a in args]
   if name == 'beam':
     return label, DecodeSettings('beam', beam_size=values[0] if values else 4), dtype
+  jacobi = {'jacobi_init': init or 'pad'} if name in ('pj', 'pgj', 'hgj') else {}
   if name in ('pgj', 'hgj'):
     block = values[0] if values else 3
     parallel = values[1] if len(values) > 1 else 0
-    return label, DecodeSettings(name, block_size=block, parallel_length=parallel), dtype
-  return label, DecodeSettings(name), dtype
+    return label, DecodeSettings(name, block_size=block, parallel_length=parallel, **jacobi), dtype
+  return label, DecodeSettings(name, **jacobi), dtype
 
 
 def source_words(texts) -> int:
@@ -58,31 +61,42 @@ class MethodResult:
   identical_to_greedy: str = ''  # 'n/m' sentences identical
   decoder_calls_per_sentence: float = 0.0
   tokens_per_call: float = 0.0  # output tokens (EOS included) per decoder call
+  loop_iterations_per_batch: float = 0.0  # while-loop iterations per batch at the large batch (slowest row)
+  iteration_speedup: float = 0.0  # the baseline's decoder calls per sentence / this method's
   ms_per_sentence_b1: float = 0.0
-  speedup_b1: float = 0.0  # greedy's median / this method's median, same repeats
+  speedup_b1: float = 0.0  # the baseline's time / this method's, median over the interleaved repeats
+  speedup_large: float = 0.0  # the same at the large batch
   sentences_per_s: float = 0.0
   words_per_s: float = 0.0  # source words per second at the large batch
   words_per_s_b1: float = 0.0  # source words per second at batch 1 (the RoyalFlush figure)
   compile_s: float = 0.0
 
 
-def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, batch_size: int = 32,
-                  speed_sentences: int = 100, large_batch_sentences: int = 256, repeats: int = 3,
-                  exactness_at_batch1: bool = True, log=print):
-  """Returns (list of MethodResult, dict of environment facts, dict of hypotheses by method).
-
-  Quality, exactness and decoder calls use every sentence (at batch_size, and at batch 1 when
-  exactness_at_batch1); the timed repeats use the first large_batch_sentences at batch_size and the first
-  speed_sentences at batch 1, every shape compiled beforehand.
-  """
+def build_translators(workdir: str, methods=DEFAULT_METHODS):
+  """(translators by label, model_config, checkpoint step) for the workdir's latest checkpoint."""
   model_config = train_lib.load_model_config(workdir)
   params, step = train_lib.restore_params(workdir, model_config)
   tokenizer = pipeline.load_tokenizer(workdir)
   translators = {}
   for label, settings, dtype in map(parse_method, methods):
-    translators[label] = Translator(*precision.for_inference(model_config, params, dtype), tokenizer, settings)
+    table = decode_lib.load_draft_table(workdir) if settings.jacobi_init == 'bigram' else None
+    translators[label] = Translator(*precision.for_inference(model_config, params, dtype), tokenizer, settings,
+                                    draft_table=table)
+  return translators, model_config, step
+
+
+def measure(translators: dict, sources, references=None, batch_size: int = 32, speed_sentences: int = 100,
+            large_batch_sentences: int = 256, repeats: int = 3, exactness_at_batch1: bool = True,
+            baseline: str = 'greedy', log=print):
+  """Measures translators side by side; returns (list of MethodResult, hypotheses by label, signatures).
+
+  Quality, exactness and decoder calls use every sentence (at batch_size, and at batch 1 when
+  exactness_at_batch1); the timed repeats use the first large_batch_sentences at batch_size and the first
+  speed_sentences at batch 1, every shape compiled beforehand, the methods interleaved (in a rotated order)
+  within each repeat. Identity and speed-ups are relative to the `baseline` label when it is present.
+  """
   results = {label: MethodResult(label) for label in translators}
-  hypotheses, hypotheses_b1 = {}, {}
+  hypotheses, hypotheses_b1, signatures = {}, {}, {}
 
   # Quality, exactness and decoder calls over the whole set. The first pass also compiles.
   for label, translator in translators.items():
@@ -90,7 +104,9 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
     hypotheses[label], stats = translator.translate(sources, batch_size)
     results[label].compile_s = time.perf_counter() - start  # minus the compiled pass's time, below
     r = results[label]
-    r.decoder_calls_per_sentence = stats.decoder_calls / max(1, stats.sentences - stats.empty_inputs)
+    decoded = max(1, stats.sentences - stats.empty_inputs)
+    r.decoder_calls_per_sentence = stats.decoder_calls / decoded
+    r.loop_iterations_per_batch = stats.loop_iterations / max(1, -(-decoded // batch_size))
     r.tokens_per_call = (stats.output_tokens + stats.sentences - stats.outputs_at_cap - stats.empty_inputs) / max(
         1, stats.decoder_calls)
     if references is not None:
@@ -102,59 +118,72 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
         f'({time.perf_counter() - start:.0f} s)')
     if exactness_at_batch1 and not label.startswith('beam'):
       hypotheses_b1[label], _ = translator.translate(sources, 1)
-  if 'greedy' in hypotheses:
+  if baseline in hypotheses:
     for label in translators:
-      same = sum(a == b for a, b in zip(hypotheses[label], hypotheses['greedy']))
+      same = sum(a == b for a, b in zip(hypotheses[label], hypotheses[baseline]))
       results[label].identical_to_greedy = f'{same}/{len(sources)}'
-      if label in hypotheses_b1:
-        same_b1 = sum(a == b for a, b in zip(hypotheses_b1[label], hypotheses_b1['greedy']))
+      results[label].iteration_speedup = (results[baseline].decoder_calls_per_sentence /
+                                          max(1e-9, results[label].decoder_calls_per_sentence))
+      if label in hypotheses_b1 and baseline in hypotheses_b1:
+        same_b1 = sum(a == b for a, b in zip(hypotheses_b1[label], hypotheses_b1[baseline]))
         results[label].identical_to_greedy += f' (b1: {same_b1}/{len(sources)})'
 
-  # Large-batch throughput, methods interleaved per repeat (every shape already compiled above).
+  # Large-batch throughput (every shape already compiled above).
   subset = sources[:large_batch_sentences]
-  for translator in translators.values():
-    translator.translate(subset, batch_size)
-  large = {label: [] for label in translators}
-  for rep in range(repeats):
-    for label in _rotated(list(translators), rep):
-      start = time.perf_counter()
-      translators[label].translate(subset, batch_size)
-      large[label].append(time.perf_counter() - start)
+  large = _interleaved_times(translators, subset, batch_size, repeats)
   for label, times in large.items():
     median = statistics.median(times)
     results[label].compile_s = max(0.0, results[label].compile_s - median * len(sources) / len(subset))
     results[label].sentences_per_s = len(subset) / median
     results[label].words_per_s = source_words(subset) / median
+    if baseline in large:
+      results[label].speedup_large = statistics.median(g / t for g, t in zip(large[baseline], times))
   log('large batch timed')
 
-  # Batch 1 on the first speed_sentences sentences: compile their shapes first, then interleave.
+  # Batch 1 on the first speed_sentences sentences.
   subset = sources[:speed_sentences]
-  for translator in translators.values():
-    translator.translate(subset, 1)
-  small = {label: [] for label in translators}
-  for rep in range(repeats):
-    for label in _rotated(list(translators), rep):
-      start = time.perf_counter()
-      translators[label].translate(subset, 1)
-      small[label].append(time.perf_counter() - start)
-  greedy_times = small.get('greedy')
+  small = _interleaved_times(translators, subset, 1, repeats)
   for label, times in small.items():
     r = results[label]
     r.ms_per_sentence_b1 = 1000 * statistics.median(times) / len(subset)
     r.words_per_s_b1 = source_words(subset) / statistics.median(times)
-    if greedy_times:
-      r.speedup_b1 = statistics.median(g / t for g, t in zip(greedy_times, times))
+    if baseline in small:
+      r.speedup_b1 = statistics.median(g / t for g, t in zip(small[baseline], times))
+  return list(results.values()), hypotheses, signatures
 
-  environment = {
-      'workdir': workdir, 'checkpoint_step': step, 'model_config': dataclasses.asdict(model_config),
-      'sentences': len(sources), 'speed_sentences': len(subset), 'large_batch_sentences': large_batch_sentences,
-      'batch_size': batch_size, 'repeats': repeats, 'nproc': os.cpu_count(), 'cpu': _cpu_model(),
-      'jax': jax.__version__, 'device': str(jax.devices()[0]), 'date': time.strftime('%Y-%m-%d'),
-      'python': platform.python_version(),
-  }
-  if references is not None:
-    environment.update(signatures)  # a metric's signature exists only once it has scored something
-  return list(results.values()), environment, hypotheses
+
+def _interleaved_times(translators: dict, sentences, batch_size: int, repeats: int) -> dict:
+  """Seconds per pass over `sentences`, per label: one warm-up pass each (compiles any missing shape), then
+  `repeats` rounds in which every translator runs once, in an order rotated from round to round."""
+  for translator in translators.values():
+    translator.translate(sentences, batch_size)
+  times = {label: [] for label in translators}
+  for rep in range(repeats):
+    for label in _rotated(list(translators), rep):
+      start = time.perf_counter()
+      translators[label].translate(sentences, batch_size)
+      times[label].append(time.perf_counter() - start)
+  return times
+
+
+def environment_facts(**extra) -> dict:
+  """The machine and software a measurement ran on (DESIGN.md: every figure names them)."""
+  return {**extra, 'nproc': os.cpu_count(), 'cpu': _cpu_model(), 'jax': jax.__version__,
+          'device': str(jax.devices()[0]), 'date': time.strftime('%Y-%m-%d'), 'python': platform.python_version()}
+
+
+def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, batch_size: int = 32,
+                  speed_sentences: int = 100, large_batch_sentences: int = 256, repeats: int = 3,
+                  exactness_at_batch1: bool = True, log=print):
+  """Every method of `methods` on one workdir's model; returns (results, environment facts, hypotheses)."""
+  translators, model_config, step = build_translators(workdir, methods)
+  results, hypotheses, signatures = measure(translators, sources, references, batch_size, speed_sentences,
+                                            large_batch_sentences, repeats, exactness_at_batch1, log=log)
+  environment = environment_facts(
+      workdir=workdir, checkpoint_step=step, model_config=dataclasses.asdict(model_config), sentences=len(sources),
+      speed_sentences=min(speed_sentences, len(sources)), large_batch_sentences=large_batch_sentences,
+      batch_size=batch_size, repeats=repeats, **signatures)
+  return results, environment, hypotheses
 
 
 def _rotated(items, k):
@@ -173,31 +202,40 @@ def _cpu_model() -> str:
   return platform.processor()
 
 
-def format_table(results) -> str:
-  header = ('| method | BLEU | chrF | = greedy | calls/sent | tok/call | ms/sent b1 | speed-up b1 | '
-            'words/s b1 | sent/s b32 | words/s b32 | compile s |')
-  lines = [header, '|' + '---|' * 12]
+def format_table(results, batch_size: int = 32) -> str:
+  """Markdown table of MethodResults; speed-ups and identity are relative to the baseline (greedy)."""
+  b = batch_size
+  header = (f'| method | BLEU | chrF | = greedy | calls/sent | iter. speed-up | tok/call | iters/batch b{b} | '
+            f'ms/sent b1 | speed-up b1 | words/s b1 | sent/s b{b} | speed-up b{b} | words/s b{b} | compile s |')
+  lines = [header, '|' + '---|' * 15]
   for r in results:
     lines.append(f'| {r.method} | {r.bleu:.2f} | {r.chrf:.2f} | {r.identical_to_greedy} | '
-                 f'{r.decoder_calls_per_sentence:.2f} | {r.tokens_per_call:.2f} | {r.ms_per_sentence_b1:.2f} | '
-                 f'{r.speedup_b1:.3f} | {r.words_per_s_b1:.0f} | {r.sentences_per_s:.1f} | {r.words_per_s:.0f} | '
+                 f'{r.decoder_calls_per_sentence:.2f} | {r.iteration_speedup:.3f} | {r.tokens_per_call:.2f} | '
+                 f'{r.loop_iterations_per_batch:.1f} | {r.ms_per_sentence_b1:.2f} | {r.speedup_b1:.3f} | '
+                 f'{r.words_per_s_b1:.0f} | {r.sentences_per_s:.1f} | {r.speedup_large:.3f} | {r.words_per_s:.0f} | '
                  f'{r.compile_s:.1f} |')
   return '\n'.join(lines)
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('workdir', None, 'A train.py work directory.')
-flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to translate (never 40-43: not in any split).')
-flags.DEFINE_list('methods', list(DEFAULT_METHODS),
-                  'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L]; append @bf16 for half precision (greedy@bf16).')
-flags.DEFINE_integer('batch_size', 32, 'The large batch.')
-flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed at batch 1.')
-flags.DEFINE_integer('large_batch_sentences', 256, 'Sentences timed at --batch_size.')
-flags.DEFINE_bool('exactness_at_batch1', True, 'Also translate the whole set at batch 1 to check exactness.')
-flags.DEFINE_integer('repeats', 3, 'Timed repeats (median reported).')
-flags.DEFINE_string('direction', '', 'Multilingual datasets: only this direction\'s lines (e.g. en_fr).')
-flags.DEFINE_integer('limit', 0, 'Translate only the first N sentences of the split (0 = all).')
-flags.DEFINE_string('output_dir', None, 'Where to write results.json, table.md and hypotheses.')
+
+
+def define_flags():
+  """The CLI's flags, defined only when it runs as a program: importing this module as a library
+  registers nothing, so any set of fastmt modules imports together."""
+  flags.DEFINE_string('workdir', None, 'A train.py work directory.')
+  flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to translate (never 40-43: not in any split).')
+  flags.DEFINE_list('methods', list(DEFAULT_METHODS),
+                    'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L]; append +bigram for Jacobi draft guesses '
+                    '(pgj:3+bigram) and @bf16 for half precision (greedy@bf16).')
+  flags.DEFINE_integer('batch_size', 32, 'The large batch.')
+  flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed at batch 1.')
+  flags.DEFINE_integer('large_batch_sentences', 256, 'Sentences timed at --batch_size.')
+  flags.DEFINE_bool('exactness_at_batch1', True, 'Also translate the whole set at batch 1 to check exactness.')
+  flags.DEFINE_integer('repeats', 3, 'Timed repeats (median reported).')
+  flags.DEFINE_string('direction', '', 'Multilingual datasets: only this direction\'s lines (e.g. en_fr).')
+  flags.DEFINE_integer('limit', 0, 'Translate only the first N sentences of the split (0 = all).')
+  flags.DEFINE_string('output_dir', None, 'Where to write results.json, table.md and hypotheses.')
 
 
 def _greedy_floor(workdir, sources, results):
@@ -209,19 +247,25 @@ def _greedy_floor(workdir, sources, results):
   tokenizer = pipeline.load_tokenizer(workdir)
   subset = sources[:FLAGS.speed_sentences]
   source_len = float(np.mean([len(x) + 1 for x in tokenizer.encode(subset)]))
-  bandwidth, peak = roofline.measure_bandwidth_gb_s(), roofline.measure_peak_gflop_s()
-  floor = roofline.floor_ms_per_token(model_config, int(source_len), int(greedy.decoder_calls_per_sentence),
-                                      bandwidth, peak)
+  target_len = int(greedy.decoder_calls_per_sentence)
+  step_bytes, _ = roofline.decoder_step_cost(model_config, int(source_len), target_len)
+  bandwidth = roofline.measure_read_bandwidth_gb_s(step_bytes)
+  peak = roofline.measure_peak_gflop_s()
+  floor = roofline.floor_ms_per_token(model_config, int(source_len), target_len, bandwidth, peak)
+  dram = roofline.measure_bandwidth_gb_s()
   ms_per_token = greedy.ms_per_sentence_b1 / greedy.decoder_calls_per_sentence
   params, _ = train_lib.restore_params(workdir, model_config)
   curves = {f'step_cost_ms_b{b}': roofline.step_cost_curve(model_config, params, batch_size=b,
                                                            source_length=int(source_len)) for b in (1, 32)}
-  return {**floor, 'bandwidth_gb_s': bandwidth, 'peak_gflop_s': peak, 'greedy_ms_per_token_b1': ms_per_token,
+  return {**floor, 'bandwidth_gb_s': bandwidth, 'main_memory_gb_s': dram,
+          'main_memory_floor_ms': step_bytes / (dram * 1e9) * 1e3, 'peak_gflop_s': peak,
+          'greedy_ms_per_token_b1': ms_per_token,
           'times_the_floor': ms_per_token / floor['floor_ms_per_token'], **curves}
 
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)  # orbax and tfds log every read at INFO
   config = train_lib.load_train_config(FLAGS.workdir)
   data = corpus.load_split(config.dataset, FLAGS.split)
   if FLAGS.direction:
@@ -232,7 +276,7 @@ def main(argv):
   results, environment, hypotheses = run_benchmark(
       FLAGS.workdir, sources, references, FLAGS.methods, FLAGS.batch_size, FLAGS.speed_sentences,
       FLAGS.large_batch_sentences, FLAGS.repeats, FLAGS.exactness_at_batch1)
-  table = format_table(results)
+  table = format_table(results, FLAGS.batch_size)
   print(table)
   print(json.dumps(environment, indent=1))
   _write_outputs(results, environment, hypotheses, table)  # before the floor, so a failure there loses nothing
@@ -255,5 +299,6 @@ def _write_outputs(results, environment, hypotheses, table):
 
 
 if __name__ == '__main__':
+  define_flags()
   flags.mark_flags_as_required(['workdir'])
   app.run(main)

@@ -71,9 +71,14 @@ def write_averaged_workdir(workdir: str, output: str, params, steps) -> None:
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('workdir', None, 'The train.py work directory whose checkpoints to average.')
-flags.DEFINE_integer('last', 5, 'How many of the newest checkpoints to average.')
-flags.DEFINE_string('output', None, 'New work directory for the averaged model.')
+
+
+def define_flags():
+  """The CLI's flags, defined only when it runs as a program: importing this module as a library
+  registers nothing, so any set of fastmt modules imports together."""
+  flags.DEFINE_string('workdir', None, 'The train.py work directory whose checkpoints to average.')
+  flags.DEFINE_integer('last', 5, 'How many of the newest checkpoints to average.')
+  flags.DEFINE_string('output', None, 'New work directory for the averaged model.')
 
 
 def main(argv):
@@ -85,5 +90,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  define_flags()
   flags.mark_flags_as_required(['workdir', 'output'])
   app.run(cli.exit_on_user_error(main), flags_parser=cli.parse_flags_or_exit)

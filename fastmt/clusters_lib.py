@@ -110,14 +110,19 @@ def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, 
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('workdir', None, 'A train.py work directory.')
-flags.DEFINE_string('direction', None, 'Language direction name, e.g. en_de (the clusters sub-directory).')
-flags.DEFINE_string('input', None, 'Unlabelled source text; default: the workdir dataset\'s training sources.')
-flags.DEFINE_bool('tag_inputs', False, 'Prefix --input lines with the --direction\'s target-language tag '
-                  '(multilingual models).')
-flags.DEFINE_integer('max_sentences', 5000, 'Source sentences to record.')
-flags.DEFINE_integer('num_clusters', 500, 'k-means centroids.')
-flags.DEFINE_integer('top_k', 1, 'Likely tokens per state that enter the active sets.')
+
+
+def define_flags():
+  """The CLI's flags, defined only when it runs as a program: importing this module as a library
+  registers nothing, so any set of fastmt modules imports together."""
+  flags.DEFINE_string('workdir', None, 'A train.py work directory.')
+  flags.DEFINE_string('direction', None, 'Language direction name, e.g. en_de (the clusters sub-directory).')
+  flags.DEFINE_string('input', None, 'Unlabelled source text; default: the workdir dataset\'s training sources.')
+  flags.DEFINE_bool('tag_inputs', False, 'Prefix --input lines with the --direction\'s target-language tag '
+                    '(multilingual models).')
+  flags.DEFINE_integer('max_sentences', 5000, 'Source sentences to record.')
+  flags.DEFINE_integer('num_clusters', 500, 'k-means centroids.')
+  flags.DEFINE_integer('top_k', 1, 'Likely tokens per state that enter the active sets.')
 
 
 def main(argv):
@@ -133,5 +138,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  define_flags()
   flags.mark_flags_as_required(['workdir', 'direction'])
   app.run(main)

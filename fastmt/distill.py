@@ -158,14 +158,19 @@ def load_distilled_targets(distilled_dir: str, sources: list[str]) -> list[str]:
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('teacher', None, 'Work directory of the teacher model.')
-flags.DEFINE_string('output_dir', None, 'Where distilled.txt, manifest.json and spm.model go.')
-flags.DEFINE_string('split', 'train', 'Split of the teacher\'s dataset to distil.')
-flags.DEFINE_string('student_workdir', None, 'Optional: a student work directory whose vocabulary must match.')
-flags.DEFINE_integer('beam_size', 4, 'Teacher beam size (1 = greedy).')
-flags.DEFINE_float('alpha', 0.6, 'Beam length penalty.')
-flags.DEFINE_integer('batch_size', 32, 'Sentences per batch.')
-flags.DEFINE_integer('chunk_sentences', 1024, 'Sentences per fsynced chunk (the unit of resumption).')
+
+
+def define_flags():
+  """The CLI's flags, defined only when it runs as a program: importing this module as a library
+  registers nothing, so any set of fastmt modules imports together."""
+  flags.DEFINE_string('teacher', None, 'Work directory of the teacher model.')
+  flags.DEFINE_string('output_dir', None, 'Where distilled.txt, manifest.json and spm.model go.')
+  flags.DEFINE_string('split', 'train', 'Split of the teacher\'s dataset to distil.')
+  flags.DEFINE_string('student_workdir', None, 'Optional: a student work directory whose vocabulary must match.')
+  flags.DEFINE_integer('beam_size', 4, 'Teacher beam size (1 = greedy).')
+  flags.DEFINE_float('alpha', 0.6, 'Beam length penalty.')
+  flags.DEFINE_integer('batch_size', 32, 'Sentences per batch.')
+  flags.DEFINE_integer('chunk_sentences', 1024, 'Sentences per fsynced chunk (the unit of resumption).')
 
 
 def main(argv):
@@ -183,5 +188,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  define_flags()
   flags.mark_flags_as_required(['teacher', 'output_dir'])
   app.run(cli.exit_on_user_error(main), flags_parser=cli.parse_flags_or_exit)

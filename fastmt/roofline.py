@@ -2,7 +2,9 @@
 
 Per decoder step (one new token) the decoder must read every decoder weight and the tied output embedding,
 plus the cached keys/values it attends over; it does ~2 FLOPs per weight. The floor is the larger of
-bytes / bandwidth and FLOPs / peak; a measured ms/token says how far an implementation is from it.
+bytes / bandwidth and FLOPs / peak; a measured ms/token says how far an implementation is from it. The
+bandwidth is measured for a working set of that many bytes read repeatedly, as decoding reads it: a small
+model's weights live in the CPU caches, so main-memory bandwidth would put the floor above what runs.
 """
 
 import statistics
@@ -27,10 +29,25 @@ def median_seconds(fn, repeats: int) -> float:
 
 
 def measure_bandwidth_gb_s(megabytes: int = 256, repeats: int = 5) -> float:
-  """Read+write bandwidth of an elementwise pass over a large float32 array (GB/s)."""
+  """Read+write bandwidth of an elementwise pass over a large float32 array (GB/s): main memory."""
   x = jnp.ones((megabytes * 2**20 // 4,), jnp.float32)
   f = jax.jit(lambda a: a * 1.0001 + 1.0)
   return 2 * x.nbytes / median_seconds(lambda: f(x), repeats) / 1e9
+
+
+def measure_read_bandwidth_gb_s(num_bytes: int, passes: int = 16, repeats: int = 5) -> float:
+  """Bandwidth of reading a working set of num_bytes again and again (GB/s).
+
+  This is the bandwidth a decoder step sees: it reads the same weights every step, so a small model's
+  weights stay in the CPU's caches and are read far faster than main memory allows. `passes` reads run in
+  one compiled loop (each depends on the last) so that dispatch overhead does not count as memory time.
+  """
+  x = jnp.ones((max(1024, num_bytes // 4),), jnp.float32)
+
+  def read_all(a):
+    return jax.lax.fori_loop(0, passes, lambda i, acc: acc + jnp.sum(a * (1.0 + acc * 0.0)), jnp.float32(0.0))
+  f = jax.jit(read_all)
+  return passes * x.nbytes / median_seconds(lambda: f(x), repeats) / 1e9
 
 
 def measure_peak_gflop_s(n: int = 2048, repeats: int = 5) -> float:

@@ -107,7 +107,7 @@ def train_step(state: TrainState, batch, label_smoothing: float):
 
   grads, sums = jax.grad(loss_fn, has_aux=True)(state.params)
   new_state = state.apply_gradients(grads=grads)
-  sums['grad_norm'] = optax.global_norm(grads)
+  sums['grad_norm'] = optax.tree.norm(grads)
   return new_state, sums
 
 
