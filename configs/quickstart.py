@@ -61,7 +61,7 @@ def get_config():
   # Padded lengths of the training buckets (one compiled train step each); max_length is appended.
   config.bucket_lengths = (12, 16, 20, 24, 28, 32, 40, 48, 64, 96)
   # Optimiser steps.
-  config.num_train_steps = 1600
+  config.num_train_steps = 2400
   # Adam(W) peak learning rate, reached after warmup_steps, then inverse-sqrt decay.
   config.learning_rate = 2e-3
   config.warmup_steps = 200
@@ -77,7 +77,7 @@ def get_config():
   # Progress and TensorBoard scalars every this many steps.
   config.log_every_steps = 50
   # Validation loss and greedy BLEU every this many steps (and at the end).
-  config.eval_every_steps = 400
+  config.eval_every_steps = 600
   # Validation sentences translated greedily for BLEU (0 = loss only).
   config.eval_bleu_sentences = 150
   # Checkpoint every this many steps (and at the end); keep the newest max_checkpoints_to_keep.
