@@ -1,6 +1,6 @@
 # The two commands of README.md. Both create .venv and install the pinned dependencies first.
 #   make demo   train the quickstart model on the built-in Bible corpus, translate the test set with every
-#               method, print the table (about 40 minutes on 2 CPU cores)
+#               method, print the table (about 45 minutes on 2 CPU cores: 27 to train, the rest to decode)
 #   make test   run the test suite (a few minutes, CPU only, no downloads)
 PYTHON ?= python3
 VENV := .venv
