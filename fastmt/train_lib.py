@@ -230,11 +230,12 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   writer = _metric_writer(workdir)
   progress = tqdm.tqdm(total=config.num_train_steps, initial=start_step, unit='step', dynamic_ncols=True,
                        disable=jax.process_index() != 0)
-  window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'start': time.perf_counter()}
+  window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'steps': 0, 'start': time.perf_counter()}
   for step in range(start_step, config.num_train_steps):
     batch = data.train_batches.batch(step)
     state, sums = jit_train_step(state, to_device(batch))
     window['real_tokens'] += batch.num_tokens
+    window['steps'] += 1
     for k in ('loss', 'tokens', 'correct'):
       window[k] += sums[k]  # device scalars: no host sync until logged
     done = step + 1
@@ -245,11 +246,12 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
       metrics = {'train_loss': float(window['loss'] / window['tokens']),
                  'train_accuracy': float(window['correct'] / window['tokens']),
                  'tokens_per_s': window['real_tokens'] / elapsed,
+                 'steps_per_s': window['steps'] / elapsed,
                  'learning_rate': float(learning_rate_schedule(config)(done))}
       progress.set_postfix(loss=f"{metrics['train_loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
       _write(writer, done, metrics)
       _append_history(workdir, {'step': done, **metrics})
-      window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'start': time.perf_counter()}
+      window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'steps': 0, 'start': time.perf_counter()}
     if done % config.eval_every_steps == 0 or done == config.num_train_steps:
       val = _validation_metrics(state.params, jit_eval_step, data, to_device, model_config, config)
       progress.write(f'step {done}: ' + ', '.join(f'{k} {v:.3f}' for k, v in val.items()))

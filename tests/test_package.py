@@ -12,7 +12,8 @@ import sys
 import fastmt
 from conftest import REPO
 
-CLI_MODULES = ('fastmt.bench', 'fastmt.clusters_lib', 'fastmt.checkpoint_average', 'fastmt.distill')
+CLI_MODULES = ('fastmt.bench', 'fastmt.clusters_lib', 'fastmt.checkpoint_average', 'fastmt.distill',
+               'fastmt.export_split')
 CLI_SCRIPTS = ('train.py', 'decode.py')
 
 
