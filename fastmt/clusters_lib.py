@@ -25,11 +25,16 @@ from fastmt.translate import DecodeSettings, Translator
 METADATA = 'metadata.json'
 
 
-def fingerprint(model_config, tokenizer) -> str:
-  """What clusters depend on: the model's shape and the exact vocabulary."""
+def fingerprint(model_config, tokenizer, params) -> str:
+  """What clusters depend on: the model's shape, the exact vocabulary and the weights (the hidden states they
+  were fitted on, and the embedding rows they index, change with every checkpoint)."""
   with open(tokenizer.model_path, 'rb') as f:
     vocab_hash = hashlib.sha256(f.read()).hexdigest()[:16]
-  return f'{model_config.vocab_size}x{model_config.emb_dim}-spm{vocab_hash}'
+  weights = hashlib.sha256()
+  for path, leaf in sorted(jax.tree_util.tree_leaves_with_path(params), key=lambda x: jax.tree_util.keystr(x[0])):
+    weights.update(jax.tree_util.keystr(path).encode())
+    weights.update(np.ascontiguousarray(np.asarray(leaf, np.float32)).tobytes())
+  return f'{model_config.vocab_size}x{model_config.emb_dim}-spm{vocab_hash}-weights{weights.hexdigest()[:16]}'
 
 
 def record_states(translator: Translator, sources, top_k: int, batch_size: int = 32):
@@ -74,18 +79,20 @@ def save_clusters(directory: str, clusters: projection.Clusters, metadata: dict)
     json.dump({**metadata, 'vocab_size': clusters.vocab_size, 'capacity': clusters.capacity}, f, indent=1)
 
 
-def load_clusters(directory: str, model_config, tokenizer) -> projection.Clusters:
-  """Loads clusters saved by save_clusters; another model's or vocabulary's clusters are a clear error."""
+def load_clusters(directory: str, model_config, tokenizer, params) -> projection.Clusters:
+  """Loads clusters saved by save_clusters; another model's, checkpoint's or vocabulary's clusters are a clear
+  error. params: the float32 parameters the clusters must have been built from."""
   directory = os.path.abspath(directory)
   path = os.path.join(directory, METADATA)
   if not os.path.exists(path):
     raise FileNotFoundError(f'No clusters at {directory} (no {METADATA})')
   with open(path) as f:
     metadata = json.load(f)
-  expected = fingerprint(model_config, tokenizer)
+  expected = fingerprint(model_config, tokenizer, params)
   if metadata.get('fingerprint') != expected:
-    raise ValueError(f'Clusters at {directory} were built for model/vocabulary {metadata.get("fingerprint")}, '
-                     f'this model is {expected}')
+    raise ValueError(f'Clusters at {directory} were built for model/vocabulary/weights '
+                     f'{metadata.get("fingerprint")}, this model is {expected}: rebuild them with '
+                     f'python -m fastmt.clusters_lib for this checkpoint')
   arrays = ocp.StandardCheckpointer().restore(os.path.join(directory, 'arrays'))
   return projection.Clusters(jnp.asarray(arrays['centroids']), jnp.asarray(arrays['centroid_sq_norms']),
                              jnp.asarray(arrays['active_sets']), metadata['vocab_size'], metadata['capacity'])
@@ -101,7 +108,7 @@ def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, 
   centroids = projection.fit_kmeans(hidden, num_clusters, iterations, kmeans_batch, seed)
   clusters = projection.build_clusters(hidden, top, centroids, model_config.vocab_size)
   directory = os.path.join(workdir, 'clusters', direction)
-  save_clusters(directory, clusters, {'fingerprint': fingerprint(model_config, tokenizer), 'direction': direction,
+  save_clusters(directory, clusters, {'fingerprint': fingerprint(model_config, tokenizer, params), 'direction': direction,
                                       'checkpoint_step': step, 'states': len(hidden), 'top_k': top_k,
                                       'num_clusters': num_clusters})
   logging.warning('Saved %d clusters (capacity %d) from %d states to %s', num_clusters, clusters.capacity,

@@ -68,16 +68,16 @@ def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | 
   in half precision (fastmt.precision); settings.jacobi_init='bigram' loads the draft table."""
   model_config = train_lib.load_model_config(workdir)
   params, step = train_lib.restore_params(workdir, model_config)
-  model_config, params = precision.for_inference(model_config, params, dtype)
   logging.info('Loaded %s step %d', workdir, step)
   tokenizer = pipeline.load_tokenizer(workdir)
   clusters = None
   if clusters_dir:
     from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
     try:
-      clusters = clusters_lib.load_clusters(clusters_dir, model_config, tokenizer)
+      clusters = clusters_lib.load_clusters(clusters_dir, model_config, tokenizer, params)
     except FileNotFoundError as e:
       logging.warning('%s: using the dense projection for this direction', e)
+  model_config, params = precision.for_inference(model_config, params, dtype)
   draft_table = load_draft_table(workdir) if settings.jacobi_init == 'bigram' else None
   return Translator(model_config, params, tokenizer, settings, clusters, draft_table)
 

@@ -85,16 +85,21 @@ def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path):
   assert hidden.shape[0] == top.shape[0] > len(sources) and top.shape[1] == 2
   all_tokens = np.tile(np.arange(model_config.vocab_size), (len(hidden), 1))
   clusters = projection.build_clusters(hidden, all_tokens, projection.fit_kmeans(hidden, 4), model_config.vocab_size)
-  fp = clusters_lib.fingerprint(model_config, tokenizer)
+  fp = clusters_lib.fingerprint(model_config, tokenizer, params)
   clusters_lib.save_clusters(str(tmp_path / 'c'), clusters, {'fingerprint': fp})
-  loaded = clusters_lib.load_clusters(str(tmp_path / 'c'), model_config, tokenizer)
+  loaded = clusters_lib.load_clusters(str(tmp_path / 'c'), model_config, tokenizer, params)
   np.testing.assert_array_equal(loaded.active_sets, clusters.active_sets)
   expected, _ = dense.translate(sources, 8)
   got, _ = Translator(model_config, params, tokenizer, clusters=loaded).translate(sources, 8)
   assert got == expected
   import pytest
   with pytest.raises(ValueError, match='built for model/vocabulary'):
-    clusters_lib.load_clusters(str(tmp_path / 'c'), model_config.replace(emb_dim=64, num_heads=4), tokenizer)
+    clusters_lib.load_clusters(str(tmp_path / 'c'), model_config.replace(emb_dim=64, num_heads=4), tokenizer,
+                               params)
+  # Same shape and vocabulary, other weights (another checkpoint or another training run): also refused.
+  other_weights = jax.tree_util.tree_map(lambda x: x * 1.01, params)
+  with pytest.raises(ValueError, match='rebuild them'):
+    clusters_lib.load_clusters(str(tmp_path / 'c'), model_config, tokenizer, other_weights)
 
 
 def test_the_reduced_width_always_holds_the_union():
