@@ -63,6 +63,7 @@ class MethodResult:
   tokens_per_call: float = 0.0  # output tokens (EOS included) per decoder call
   loop_iterations_per_batch: float = 0.0  # while-loop iterations per batch at the large batch (slowest row)
   iteration_speedup: float = 0.0  # the baseline's decoder calls per sentence / this method's
+  bleu_b1: float = float('nan')  # BLEU of the batch-1 outputs (with exactness_at_batch1)
   ms_per_sentence_b1: float = 0.0
   speedup_b1: float = 0.0  # the baseline's time / this method's, median over the interleaved repeats
   speedup_large: float = 0.0  # the same at the large batch
@@ -118,6 +119,8 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
         f'({time.perf_counter() - start:.0f} s)')
     if exactness_at_batch1 and not label.startswith('beam'):
       hypotheses_b1[label], _ = translator.translate(sources, 1)
+      if references is not None:  # differs from the batched BLEU where outputs depend on the batch (clusters)
+        r.bleu_b1 = sacrebleu.BLEU().corpus_score(hypotheses_b1[label], [references]).score
   if baseline in hypotheses:
     for label in translators:
       same = sum(a == b for a, b in zip(hypotheses[label], hypotheses[baseline]))
