@@ -92,6 +92,23 @@ def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path):
   expected, _ = dense.translate(sources, 8)
   got, _ = Translator(model_config, params, tokenizer, clusters=loaded).translate(sources, 8)
   assert got == expected
+  # The clustered projection sits in the decoder step, so every algorithm gets it: beam and PGJ too.
+  from fastmt.translate import DecodeSettings
+  for settings in (DecodeSettings('beam', beam_size=3), DecodeSettings('pgj', block_size=3)):
+    expected, _ = Translator(model_config, params, tokenizer, settings).translate(sources, 8)
+    got, _ = Translator(model_config, params, tokenizer, settings, clusters=loaded).translate(sources, 8)
+    assert got == expected, settings.algorithm
+  # ... and with narrow clusters every algorithm's outputs stay inside the active set.
+  # Every cluster activates only rare pieces (the highest ids), which dense decoding hardly uses.
+  allowed = np.arange(model_config.vocab_size - 60, model_config.vocab_size)
+  dense_tokens = {t for row in dense.translate_ids(sources, 8)[0] for t in row}
+  assert dense_tokens - set(allowed.tolist()) - {EOS_ID}  # so the check below can fail
+  narrow = projection.build_clusters(hidden, np.tile(allowed, (len(hidden), 1)), projection.fit_kmeans(hidden, 4),
+                                     model_config.vocab_size)
+  for settings in (DecodeSettings('greedy'), DecodeSettings('beam', beam_size=3), DecodeSettings('pgj', block_size=3)):
+    outputs = Translator(model_config, params, tokenizer, settings, clusters=narrow).translate_ids(sources, 8)[0]
+    tokens = {t for row in outputs for t in row} - {EOS_ID}
+    assert tokens and tokens <= set(allowed.tolist()), (settings.algorithm, sorted(tokens - set(allowed.tolist())))
   import pytest
   with pytest.raises(ValueError, match='built for model/vocabulary'):
     clusters_lib.load_clusters(str(tmp_path / 'c'), model_config.replace(emb_dim=64, num_heads=4), tokenizer,
