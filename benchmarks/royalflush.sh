@@ -4,8 +4,11 @@
 #   students on raw / distilled / mixed targets (E6D6, E6D1, E12D1) -> test BLEU, chrF and batch-1 words/s.
 #
 #   bash benchmarks/royalflush.sh                          # every stage, the configs' own step counts (CPU: days)
-#   TEACHER_STEPS=4000 STUDENT_STEPS=3000 TOKENS=8192 bash benchmarks/royalflush.sh   # the GPU run of BENCHMARKS.md
+#   TEACHER_STEPS=5000 STUDENT_STEPS=4000 TOKENS=8192 PARALLEL_STUDENTS=1 bash benchmarks/royalflush.sh  # one GPU
 #   STAGES="students eval" bash benchmarks/royalflush.sh     # resume from a stage: train.py and distill resume too
+#   PARALLEL_STUDENTS=1 bash benchmarks/royalflush.sh        # students at once (one large GPU; logs in RUNS/NAME.log)
+#
+# Every model is evaluated as the average of its last 5 checkpoints (RUNS/NAME_avg5), the teacher included.
 #
 # Environment: RUNS (work directories, default runs/royalflush), TEACHER_STEPS, STUDENT_STEPS, TOKENS (padded
 # tokens per side per batch; 0 = the configs' own), STUDENTS (names below), EXTRA (more --config overrides for
@@ -21,6 +24,7 @@ EVAL_FLAGS=${EVAL_FLAGS:-}
 STAGES=${STAGES:-teacher distill students eval}
 # name:config:targets, targets = raw | kd (teacher translations only) | mixed (raw with probability 0.5, HRT's mix)
 STUDENTS=${STUDENTS:-e6d6_raw:e6d6:raw e6d1_raw:e6d1:raw e6d1_kd:e6d1:kd e6d1_mixed:e6d1:mixed e12d1_kd:e12d1:kd}
+mkdir -p "$RUNS"
 
 # Overrides shared by every training run: step count (checkpoints and validations scaled to it) and batch size.
 sized() {  # sized STEPS
@@ -47,24 +51,38 @@ if has_stage distill; then
     --batch_size "${DISTILL_BATCH:-32}"
 fi
 
+train_student() {  # train_student NAME CONFIG TARGETS: train.py, then the average of its last 5 checkpoints
+  local name=$1 config=$2 targets=$3 data=()
+  case $targets in
+    raw) ;;
+    kd) data=(--config.dataset.distilled_dir="$RUNS/kd_en_de" --config.dataset.p_raw=0.0) ;;
+    mixed) data=(--config.dataset.distilled_dir="$RUNS/kd_en_de" --config.dataset.p_raw=0.5) ;;
+    *) echo "unknown targets '$targets' for $name" >&2; return 2 ;;
+  esac
+  # shellcheck disable=SC2046
+  $PY train.py --config "configs/$config.py" --workdir "$RUNS/$name" "${data[@]}" $(sized "$STUDENT_STEPS")
+  rm -rf "$RUNS/${name}_avg5"
+  $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5"
+}
+
 if has_stage students; then
+  pids=()
   for spec in $STUDENTS; do
     IFS=: read -r name config targets <<< "$spec"
-    case $targets in
-      raw) data=() ;;
-      kd) data=(--config.dataset.distilled_dir="$RUNS/kd_en_de" --config.dataset.p_raw=0.0) ;;
-      mixed) data=(--config.dataset.distilled_dir="$RUNS/kd_en_de" --config.dataset.p_raw=0.5) ;;
-      *) echo "unknown targets '$targets' in '$spec'" >&2; exit 2 ;;
-    esac
-    # shellcheck disable=SC2046
-    $PY train.py --config "configs/$config.py" --workdir "$RUNS/$name" "${data[@]}" $(sized "$STUDENT_STEPS")
+    if [[ ${PARALLEL_STUDENTS:-0} == 1 ]]; then
+      train_student "$name" "$config" "$targets" > "$RUNS/$name.log" 2>&1 &
+      pids+=($!)
+    else
+      train_student "$name" "$config" "$targets"
+    fi
   done
+  for pid in "${pids[@]}"; do wait "$pid"; done  # set -e: the first failed student stops the script
 fi
 
 if has_stage eval; then
-  for name in teacher_avg5 $(for spec in $STUDENTS; do echo "${spec%%:*}"; done); do
+  for name in teacher $(for spec in $STUDENTS; do echo "${spec%%:*}"; done); do
     # shellcheck disable=SC2086
-    $PY -m fastmt.bench --workdir "$RUNS/$name" --split test --methods greedy,beam:4 \
+    $PY -m fastmt.bench --workdir "$RUNS/${name}_avg5" --split test --methods greedy,beam:4 \
       --exactness_at_batch1=false --nofloor --output_dir "$RUNS/eval/$name" $EVAL_FLAGS
   done
   $PY - "$RUNS" <<'EOF'

@@ -86,6 +86,27 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS):
   return translators, model_config, step
 
 
+def build_comparison(workdir: str, compare_workdirs, methods=DEFAULT_METHODS):
+  """build_translators for `workdir` and every model of `compare_workdirs`, in one dict: the other models'
+  labels are 'NAME/method' (NAME = the work directory's base name), so that all of them are timed side by
+  side in one process, interleaved, with `workdir`'s greedy as the baseline (the RoyalFlush table's rows)."""
+  translators, model_config, step = build_translators(workdir, methods)
+  dataset = train_lib.load_train_config(workdir).dataset.to_dict()
+  for other in compare_workdirs:
+    name = os.path.basename(os.path.normpath(other))
+    other_dataset = train_lib.load_train_config(other).dataset.to_dict()
+    if _comparable(other_dataset) != _comparable(dataset):
+      raise ValueError(f'{other} was trained on another dataset than {workdir}: their scores are not comparable')
+    more, _, _ = build_translators(other, methods)
+    translators.update({f'{name}/{label}': t for label, t in more.items()})
+  return translators, model_config, step
+
+
+def _comparable(dataset: dict) -> dict:
+  """The dataset settings that decide which sentences a split holds (not the training-only ones)."""
+  return {k: v for k, v in dataset.items() if k not in ('distilled_dir', 'p_raw', 'data_dir')}
+
+
 def measure(translators: dict, sources, references=None, batch_size: int = 32, speed_sentences: int = 100,
             large_batch_sentences: int = 256, repeats: int = 3, exactness_at_batch1: bool = True,
             baseline: str = 'greedy', log=print):
@@ -177,15 +198,16 @@ def environment_facts(**extra) -> dict:
 
 def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, batch_size: int = 32,
                   speed_sentences: int = 100, large_batch_sentences: int = 256, repeats: int = 3,
-                  exactness_at_batch1: bool = True, log=print):
-  """Every method of `methods` on one workdir's model; returns (results, environment facts, hypotheses)."""
-  translators, model_config, step = build_translators(workdir, methods)
+                  exactness_at_batch1: bool = True, log=print, compare_workdirs=()):
+  """Every method of `methods` on one workdir's model (and on compare_workdirs' models, side by side);
+  returns (results, environment facts, hypotheses)."""
+  translators, model_config, step = build_comparison(workdir, compare_workdirs, methods)
   results, hypotheses, signatures = measure(translators, sources, references, batch_size, speed_sentences,
                                             large_batch_sentences, repeats, exactness_at_batch1, log=log)
   environment = environment_facts(
       workdir=workdir, checkpoint_step=step, model_config=dataclasses.asdict(model_config), sentences=len(sources),
       speed_sentences=min(speed_sentences, len(sources)), large_batch_sentences=large_batch_sentences,
-      batch_size=batch_size, repeats=repeats, **signatures)
+      batch_size=batch_size, repeats=repeats, compared_with=list(compare_workdirs), **signatures)
   return results, environment, hypotheses
 
 
@@ -236,6 +258,8 @@ def define_flags():
   flags.DEFINE_integer('large_batch_sentences', 256, 'Sentences timed at --batch_size.')
   flags.DEFINE_bool('exactness_at_batch1', True, 'Also translate the whole set at batch 1 to check exactness.')
   flags.DEFINE_integer('repeats', 3, 'Timed repeats (median reported).')
+  flags.DEFINE_list('compare', [], 'Other work directories (same dataset) whose models are timed side by side '
+                    'with --workdir\'s in this process; their rows are labelled NAME/method.')
   flags.DEFINE_string('direction', '', 'Multilingual datasets: only this direction\'s lines (e.g. en_fr).')
   flags.DEFINE_integer('limit', 0, 'Translate only the first N sentences of the split (0 = all).')
   flags.DEFINE_string('output_dir', None, 'Where to write results.json, table.md and hypotheses.')
@@ -280,7 +304,7 @@ def main(argv):
     sources, references = sources[:FLAGS.limit], references[:FLAGS.limit]
   results, environment, hypotheses = run_benchmark(
       FLAGS.workdir, sources, references, FLAGS.methods, FLAGS.batch_size, FLAGS.speed_sentences,
-      FLAGS.large_batch_sentences, FLAGS.repeats, FLAGS.exactness_at_batch1)
+      FLAGS.large_batch_sentences, FLAGS.repeats, FLAGS.exactness_at_batch1, compare_workdirs=FLAGS.compare)
   table = format_table(results, FLAGS.batch_size)
   print(table)
   print(json.dumps(environment, indent=1))
@@ -300,7 +324,7 @@ def _write_outputs(results, environment, hypotheses, table):
   with open(os.path.join(FLAGS.output_dir, 'table.md'), 'w') as f:
     f.write(table + '\n')
   for label, lines in hypotheses.items():
-    with open(os.path.join(FLAGS.output_dir, f'hyp.{label.replace(":", "_")}.txt'), 'w') as f:
+    with open(os.path.join(FLAGS.output_dir, f'hyp.{label.replace(":", "_").replace("/", "__")}.txt'), 'w') as f:
       f.writelines(line + '\n' for line in lines)
 
 

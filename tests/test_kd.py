@@ -154,3 +154,28 @@ def test_training_on_distilled_data_uses_the_teachers_vocabulary(trained_workdir
   shutil.copyfile(os.path.join(DATA, 'genesis.en'), os.path.join(student, pipeline.TOKENIZER_FILE))
   with pytest.raises(ValueError, match='another vocabulary'):
     pipeline.load_training_data(config, student)
+
+
+def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(trained_workdir, tmp_path):
+  """The RoyalFlush table's rows come from one process: --compare adds NAME/method rows next to --workdir's."""
+  from fastmt import bench  # pylint: disable=g-import-not-at-top
+  twin = str(tmp_path / 'twin')
+  shutil.copytree(trained_workdir, twin)
+  sources = corpus.read_lines(str(DATA / 'genesis.en'))[:4]
+  references = corpus.read_lines(str(DATA / 'genesis.de'))[:4]
+  results, environment, hypotheses = bench.run_benchmark(
+      trained_workdir, sources, references, ['greedy'], batch_size=4, speed_sentences=2, large_batch_sentences=4,
+      repeats=1, exactness_at_batch1=False, log=lambda *_: None, compare_workdirs=[twin])
+  assert [r.method for r in results] == ['greedy', 'twin/greedy']
+  assert hypotheses['twin/greedy'] == hypotheses['greedy']  # the same weights translate the same
+  assert results[1].identical_to_greedy == '4/4' and results[1].speedup_b1 > 0
+  assert environment['compared_with'] == [twin]
+
+  other = str(tmp_path / 'other_data')
+  shutil.copytree(trained_workdir, other)
+  config = train_lib.load_train_config(other)
+  config.dataset.name = 'bible/en_fr'
+  with open(os.path.join(other, train_lib.TRAIN_CONFIG_FILE), 'w') as f:
+    f.write(config.to_json())
+  with pytest.raises(ValueError, match='another dataset'):
+    bench.build_comparison(trained_workdir, [other], ['greedy'])
