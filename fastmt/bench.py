@@ -97,6 +97,8 @@ def build_comparison(workdir: str, compare_workdirs, methods=DEFAULT_METHODS):
     other_dataset = train_lib.load_train_config(other).dataset.to_dict()
     if _comparable(other_dataset) != _comparable(dataset):
       raise ValueError(f'{other} was trained on another dataset than {workdir}: their scores are not comparable')
+    if any(label.startswith(f'{name}/') for label in translators):
+      raise ValueError(f'Two compared work directories are named {name!r}: their rows would share labels')
     more, _, _ = build_translators(other, methods)
     translators.update({f'{name}/{label}': t for label, t in more.items()})
   return translators, model_config, step

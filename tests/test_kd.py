@@ -170,6 +170,8 @@ def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(train
   assert hypotheses['twin/greedy'] == hypotheses['greedy']  # the same weights translate the same
   assert results[1].identical_to_greedy == '4/4' and results[1].speedup_b1 > 0
   assert environment['compared_with'] == [twin]
+  with pytest.raises(ValueError, match="named 'twin'"):
+    bench.build_comparison(trained_workdir, [twin, twin], ['greedy'])
 
   other = str(tmp_path / 'other_data')
   shutil.copytree(trained_workdir, other)
