@@ -42,21 +42,29 @@ def write_at_offsets(cache: jax.Array, new: jax.Array, offsets: jax.Array) -> ja
   return jax.vmap(write_row)(cache, new, offsets)
 
 
-def dot_product_attention(query, key, value, mask, dtype=jnp.float32):
+# Key/value layouts of the two attention kinds, as einsum subscripts (b batch, k key, h head, d depth).
+# Self-attention caches keep their slots on axis 1, where every decoder writes and counts them. The
+# cross-attention memory is stored the way XLA's CPU batched matmul reads it, so that decoder steps stop
+# transposing the same memory again at every call (3% of a greedy step; docs/BENCHMARKS.md section 1).
+CACHE_LAYOUT = 'bkhd'
+MEMORY_LAYOUT = 'bhdk'
+
+
+def dot_product_attention(query, key, value, mask, dtype=jnp.float32, kv_layout: str = CACHE_LAYOUT):
   """Softmax attention.
 
   Args:
-    query: [B, T, H, D]; key, value: [B, K, H, D].
+    query: [B, T, H, D]; key, value: [B, K, H, D] (kv_layout 'bkhd') or [B, H, D, K] ('bhdk').
     mask: bool, broadcastable to [B, H, T, K]; True where a query may attend.
   Returns:
     [B, T, H, D] in `dtype`.
   """
   depth = query.shape[-1]
-  scores = jnp.einsum('bthd,bkhd->bhtk', query, key, preferred_element_type=jnp.float32)
+  scores = jnp.einsum(f'bthd,{kv_layout}->bhtk', query, key, preferred_element_type=jnp.float32)
   scores = scores / jnp.sqrt(depth).astype(jnp.float32)
   scores = jnp.where(mask, scores, NEG_INF)
   weights = jax.nn.softmax(scores, axis=-1).astype(dtype)  # softmax in float32 even in bfloat16 mode
-  return jnp.einsum('bhtk,bkhd->bthd', weights, value.astype(dtype))
+  return jnp.einsum(f'bhtk,{kv_layout}->bthd', weights, value.astype(dtype))
 
 
 class MultiHeadAttention(nn.Module):
@@ -77,23 +85,28 @@ class MultiHeadAttention(nn.Module):
     """x [B, K, E] -> (keys, values), each [B, K, H, D]."""
     return self.key(x), self.value(x)
 
+  def project_memory(self, x):
+    """x [B, K, E] -> (keys, values) in MEMORY_LAYOUT [B, H, D, K]: computed once per source."""
+    return tuple(jnp.transpose(y, (0, 2, 3, 1)) for y in self.project_kv(x))
+
   def __call__(self, x, mask, kv=None, cache=None, write_offsets=None):
     """Attends from x [B, T, E].
 
-    kv: precomputed (keys, values) [B, K, H, D] (cross-attention); None means self-attention over x.
+    kv: precomputed (keys, values) [B, H, D, K] from project_memory (cross-attention); None means
+      self-attention over x.
     cache: (keys, values) [B, M, H, D] for self-attention; x's keys/values are written at write_offsets [B]
       and the queries attend over all M slots, as `mask` [B, T, M] allows.
     Returns (output [B, T, E], updated cache or None).
     """
     query = self.query(x)
-    if kv is None:
-      key, value = self.project_kv(x)
-      if cache is not None:
-        key = write_at_offsets(cache[0], key, write_offsets)
-        value = write_at_offsets(cache[1], value, write_offsets)
-        cache = (key, value)
-    else:
-      key, value = kv
+    if kv is not None:
+      out = dot_product_attention(query, kv[0], kv[1], mask[:, None], self.dtype, MEMORY_LAYOUT)
+      return self.out(out), cache
+    key, value = self.project_kv(x)
+    if cache is not None:
+      key = write_at_offsets(cache[0], key, write_offsets)
+      value = write_at_offsets(cache[1], value, write_offsets)
+      cache = (key, value)
     out = dot_product_attention(query, key, value, mask[:, None], self.dtype)
     return self.out(out), cache
 

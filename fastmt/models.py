@@ -23,7 +23,7 @@ from fastmt.data.tokenizer import PAD_ID
 from fastmt.layers import FeedForward, MultiHeadAttention, sinusoidal_positions
 
 Cache = dict[str, tuple[jax.Array, ...]]  # {'k': per-layer [B, M, H, D], 'v': per-layer [B, M, H, D]}
-Memory = dict[str, Any]  # {'k', 'v': per-layer [B, S, H, D]; 'mask': bool [B, S]}
+Memory = dict[str, Any]  # {'k', 'v': per-layer [B, H, D, S]; 'mask': bool [B, S]}
 
 
 def causal_mask(length: int) -> jax.Array:
@@ -74,7 +74,7 @@ class DecoderLayer(nn.Module):
     self.dropout = nn.Dropout(cfg.dropout_rate)
 
   def cross_kv(self, encoded):
-    return self.cross_attention.project_kv(encoded)
+    return self.cross_attention.project_memory(encoded)
 
   def __call__(self, x, self_mask, cross_kv, cross_mask, cache, write_offsets, deterministic: bool):
     h, cache = self.self_attention(self.self_norm(x), self_mask, cache=cache, write_offsets=write_offsets)
