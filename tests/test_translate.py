@@ -110,3 +110,24 @@ def test_decode_cli_unknown_flag_is_one_line(trained_workdir):
   result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--algoritm=pj'],
                           capture_output=True, text=True, cwd=REPO)
   assert result.returncode != 0 and 'Traceback' not in result.stderr and 'algoritm' in result.stderr
+
+
+def test_an_independent_hand_written_greedy_gives_the_same_tokens(model_parts):
+  """benchmarks/reference_greedy.py re-implements the model with plain jax.numpy (the speed reference of
+  docs/BENCHMARKS.md section 1); it must agree with fastmt token for token, or its timings compare nothing."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from fastmt import translate  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location('reference_greedy', REPO / 'benchmarks/reference_greedy.py')
+  reference = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(reference)
+  config, params, _ = model_parts
+  translator = Translator(*model_parts)
+  lines = [line for line in open(REPO / 'tests/data/genesis.en', encoding='utf-8')][:6]
+  decode = jax.jit(reference.reference_greedy, static_argnums=(2, 3))
+  for ids in translator.encode_sources(lines, translate.TranslationStats()):
+    _, source = next(translator.batches([ids], 1))
+    cap = translate.output_cap(config, source.shape[1], translator.settings)
+    tokens, _ = decode(params, source, cap, config.num_heads)
+    np.testing.assert_array_equal(np.asarray(tokens), np.asarray(translator.decode_batch(source).tokens))
