@@ -12,8 +12,9 @@ The reference (`reference_greedy` below, plain jax.numpy) is what a quick protot
 pre-LayerNorm Transformer written out by hand over the checkpoint's parameter tree, flat [B, M, E] KV caches
 written one position at a time with dynamic_update_slice, all steps in one lax.while_loop, parameters passed as
 jit arguments as the flax examples do. Both decoders get the same padded sources and output caps as
-`decode.py`; the script checks that their outputs are identical token for token, then times them per sentence,
-interleaved (A B B A order in each repeat, so neither always runs right after the other), median over repeats.
+`decode.py`; the script checks that their outputs are identical token for token, then times each sentence in
+four blocks, fastmt / reference / reference / fastmt (so neither always runs first), each block half of
+--repeats runs: a decoder's time is the mean of its two blocks' medians.
 
 It prints each decoder's median ms/sentence, the median per-sentence ratio fastmt/reference (below 1 = fastmt
 faster), and a least-squares split of each into a fixed part (encoder, dispatch) and a per-iteration part.
@@ -177,7 +178,7 @@ def compare(translator, cases, repeats):
     b2, a2 = _median_ms(run_theirs, half), _median_ms(run_ours, half)
     rows.append((int(ours.loop_iterations), (a1 + a2) / 2, (b1 + b2) / 2))
   iterations, ours_ms, theirs_ms = (np.array(c, float) for c in zip(*rows))
-  result = {
+  return {
       'sentences': len(cases), 'identical_outputs': len(cases) - len(mismatches), 'mismatched': mismatches,
       'fastmt_ms_per_sentence': float(np.median(ours_ms)),
       'reference_ms_per_sentence': float(np.median(theirs_ms)),
@@ -187,7 +188,6 @@ def compare(translator, cases, repeats):
       'reference_fit_fixed_ms_per_iteration_us': _fit(iterations, theirs_ms),
       'jax_version': jax.__version__,
   }
-  return result
 
 
 def reference_only(path, repeats):

@@ -3,10 +3,14 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from fastmt import projection
+from conftest import DATA
+from fastmt import clusters_lib, projection, train_lib
+from fastmt.data import pipeline
 from fastmt.data.tokenizer import EOS_ID
 from fastmt.layers import NEG_INF
+from fastmt.translate import DecodeSettings, Translator
 
 V, E = 12, 8
 
@@ -72,10 +76,6 @@ def test_kmeans_recovers_separated_clusters():
 
 def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path):
   """Build clusters offline for the tiny model, save, load; with every token active, output == dense."""
-  from fastmt import clusters_lib, train_lib
-  from fastmt.data import pipeline
-  from fastmt.translate import Translator
-  from conftest import DATA
   sources = open(DATA / 'genesis.en', encoding='utf-8').read().splitlines()[:20]
   model_config = train_lib.load_model_config(trained_workdir)
   params, _ = train_lib.restore_params(trained_workdir, model_config)
@@ -93,7 +93,6 @@ def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path):
   got, _ = Translator(model_config, params, tokenizer, clusters=loaded).translate(sources, 8)
   assert got == expected
   # The clustered projection sits in the decoder step, so every algorithm gets it: beam and PGJ too.
-  from fastmt.translate import DecodeSettings
   for settings in (DecodeSettings('beam', beam_size=3), DecodeSettings('pgj', block_size=3)):
     expected, _ = Translator(model_config, params, tokenizer, settings).translate(sources, 8)
     got, _ = Translator(model_config, params, tokenizer, settings, clusters=loaded).translate(sources, 8)
@@ -109,7 +108,6 @@ def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path):
     outputs = Translator(model_config, params, tokenizer, settings, clusters=narrow).translate_ids(sources, 8)[0]
     tokens = {t for row in outputs for t in row} - {EOS_ID}
     assert tokens and tokens <= set(allowed.tolist()), (settings.algorithm, sorted(tokens - set(allowed.tolist())))
-  import pytest
   with pytest.raises(ValueError, match='built for model/vocabulary'):
     clusters_lib.load_clusters(str(tmp_path / 'c'), model_config.replace(emb_dim=64, num_heads=4), tokenizer,
                                params)
