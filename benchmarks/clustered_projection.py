@@ -25,8 +25,8 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from fastmt import bench, clusters_lib, projection, train_lib  # noqa: E402  pylint: disable=g-import-not-at-top
-from fastmt.data import corpus, pipeline  # noqa: E402  pylint: disable=g-import-not-at-top
+from fastmt import bench, clusters_lib, projection, workdir as workdir_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+from fastmt.data import corpus  # noqa: E402  pylint: disable=g-import-not-at-top
 from fastmt.translate import Translator  # noqa: E402  pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
@@ -89,10 +89,10 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   log = lambda message: print(message, flush=True)
   workdir = FLAGS.workdir
-  config = train_lib.load_train_config(workdir)
-  model_config = train_lib.load_model_config(workdir)
-  params, step = train_lib.restore_params(workdir, model_config)
-  tokenizer = pipeline.load_tokenizer(workdir)
+  config = workdir_lib.load_train_config(workdir)
+  model_config = workdir_lib.load_model_config(workdir)
+  params, step = workdir_lib.restore_params(workdir, model_config)
+  tokenizer = workdir_lib.load_tokenizer(workdir)
   vocab = model_config.vocab_size
   splits = {s: corpus.load_split(config.dataset, s) for s in ('train', 'validation', 'test')}
   directions = FLAGS.directions or sorted(set(splits['test'].directions or []))

@@ -149,14 +149,15 @@ def _fit(iterations, ms):
 
 def load_cases(workdir, split, sentences):
   """fastmt's Translator and, per sentence, (padded source [1, bucket], output cap) exactly as decode.py."""
-  from fastmt import decode_lib, train_lib, translate  # pylint: disable=g-import-not-at-top
+  from fastmt import decode_lib, translate, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from fastmt.data import corpus  # pylint: disable=g-import-not-at-top
   translator = decode_lib.load_translator(workdir, translate.DecodeSettings())
-  texts = [t for t in corpus.load_split(train_lib.load_train_config(workdir).dataset, split).sources
+  texts = [t for t in corpus.load_split(workdir_lib.load_train_config(workdir).dataset, split).sources
            if t.strip()][:sentences]
   cases = []
   for ids in translator.encode_sources(texts, translate.TranslationStats()):
-    _, source = next(translator.batches([ids], 1))
+    _, source, _ = next(translator.batches([ids], 1))
+    # The bucket's cap for both decoders (the reference's is static): the same work, the same outputs.
     cases.append((source, translate.output_cap(translator.config, source.shape[1], translator.settings)))
   return translator, cases
 
@@ -166,11 +167,11 @@ def compare(translator, cases, repeats):
   reference = jax.jit(reference_greedy, static_argnums=(2, 3))
   rows, mismatches = [], []
   for n, (source, cap) in enumerate(cases):
-    ours = translator.decode_batch(source)
+    ours = translator.decode_batch(source, [cap])
     theirs, _ = jax.block_until_ready(reference(params, source, cap, num_heads))
     if not np.array_equal(np.asarray(ours.tokens), np.asarray(theirs)):
       mismatches.append(n)
-    run_ours = lambda: translator.decode_batch(source)
+    run_ours = lambda: translator.decode_batch(source, [cap])
     run_theirs = lambda: jax.block_until_ready(reference(params, source, cap, num_heads))
     # A B B A: each decoder runs first in half of the repeats.
     half = max(1, repeats // 2)
@@ -223,7 +224,7 @@ def export(translator, cases, path):
     arrays['param/' + '/'.join(k.key for k in keys)] = np.asarray(leaf)
   for n, (source, cap) in enumerate(cases):
     arrays[f'source/{n}'], arrays[f'cap/{n}'] = source, np.int32(cap)
-    arrays[f'fastmt_tokens/{n}'] = np.asarray(translator.decode_batch(source).tokens)
+    arrays[f'fastmt_tokens/{n}'] = np.asarray(translator.decode_batch(source, [cap]).tokens)
   np.savez(path, **arrays)
 
 

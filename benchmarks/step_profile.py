@@ -21,8 +21,8 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from fastmt import models, train_lib, translate
-from fastmt.data import corpus, pipeline
+from fastmt import models, translate, workdir as workdir_lib
+from fastmt.data import corpus
 from fastmt.data.tokenizer import EOS_ID
 from fastmt.decoding import registry
 from fastmt.bench import parse_method
@@ -46,7 +46,7 @@ def decode_one(params, output_embedding_t, source, *, config, settings):
       _, hidden, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache,
                                      write_offsets, return_logits=False, method=models.Transformer.decode)
       return hidden.astype(np.float32) @ output_embedding_t, cache
-  return algorithm.run(step_fn, cache, source.shape[0], max_len, settings, None)
+  return algorithm.run(step_fn, cache, source.shape[0], max_len, settings, None, None)
 
 
 def kernel_times(fn, args, repeats: int):
@@ -73,10 +73,10 @@ def kernel_times(fn, args, repeats: int):
 
 def main(argv):
   del argv
-  config = train_lib.load_model_config(FLAGS.workdir)
-  params, _ = train_lib.restore_params(FLAGS.workdir, config)
-  tokenizer = pipeline.load_tokenizer(FLAGS.workdir)
-  text = corpus.load_split(train_lib.load_train_config(FLAGS.workdir).dataset, FLAGS.split).sources[FLAGS.sentence]
+  config = workdir_lib.load_model_config(FLAGS.workdir)
+  params, _ = workdir_lib.restore_params(FLAGS.workdir, config)
+  tokenizer = workdir_lib.load_tokenizer(FLAGS.workdir)
+  text = corpus.load_split(workdir_lib.load_train_config(FLAGS.workdir).dataset, FLAGS.split).sources[FLAGS.sentence]
   ids = tokenizer.encode([text])[0]
   bucket = next(b for b in translate.SOURCE_BUCKETS if b >= len(ids) + 1)
   source = np.zeros((1, bucket), np.int32)

@@ -9,7 +9,7 @@ Same width, vocabulary, data and optimiser as configs/quickstart.py, so that the
 docs/BENCHMARKS.md differ only in depth.
 """
 
-from configs import quickstart
+from fastmt.configs import quickstart
 
 
 def get_config():

@@ -15,7 +15,7 @@ The quickstart's shape and optimiser with four directions and a 4x larger vocabu
 about an hour on 2 CPU cores (docs/BENCHMARKS.md has the measured time and BLEU per direction).
 """
 
-from configs import quickstart
+from fastmt.configs import quickstart
 
 
 def get_config():

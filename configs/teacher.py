@@ -9,7 +9,7 @@ vocabulary size, so that students trained on its distilled data (which copy its 
 quickstart's output-layer cost.
 """
 
-from configs import quickstart
+from fastmt.configs import quickstart
 
 
 def get_config():

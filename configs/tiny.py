@@ -4,7 +4,7 @@ r"""A few-second model for tests and smoke runs: the quickstart recipe shrunk in
         --config.dataset.train_files='("tests/data/train.en","tests/data/train.de")' ...
 """
 
-from configs import quickstart
+from fastmt.configs import quickstart
 
 
 def get_config():

@@ -3,7 +3,7 @@ r"""Transformer-base (Vaswani et al. 2017) on the Bible corpus: the size referen
     python train.py --config configs/transformer_base.py --workdir runs/base
 """
 
-from configs import quickstart
+from fastmt.configs import quickstart
 
 
 def get_config():

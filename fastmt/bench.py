@@ -16,14 +16,15 @@ import platform
 import statistics
 import time
 
-from absl import app, flags, logging
+from absl import flags, logging
 import jax
 import numpy as np
 import sacrebleu
 
-from fastmt.data import corpus, pipeline
-from fastmt import decode_lib, precision, roofline, train_lib
+from fastmt.data import corpus
+from fastmt import cli, decode_lib, precision, roofline, workdir as workdir_lib
 from fastmt.translate import DecodeSettings, Translator
+from fastmt.errors import FastmtError
 
 DEFAULT_METHODS = ('greedy', 'beam:4', 'pj', 'pgj:3', 'pgj:5', 'hgj:3')
 
@@ -35,7 +36,7 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   spec, _, suffix = spec.partition('@')
   dtype = {'': 'float32', 'fp32': 'float32', 'bf16': 'bfloat16'}.get(suffix)
   if dtype is None:
-    raise ValueError(f'Unknown precision suffix @{suffix}: use @bf16 (or none for float32)')
+    raise FastmtError(f'Unknown precision suffix @{suffix}: use @bf16 (or none for float32)')
   spec, _, init = spec.partition('+')
   name, *args = spec.split(':')
   values = [int(a) for a in args]
@@ -73,11 +74,11 @@ class MethodResult:
   compile_s: float = 0.0
 
 
-def build_translators(workdir: str, methods=DEFAULT_METHODS):
-  """(translators by label, model_config, checkpoint step) for the workdir's latest checkpoint."""
-  model_config = train_lib.load_model_config(workdir)
-  params, step = train_lib.restore_params(workdir, model_config)
-  tokenizer = pipeline.load_tokenizer(workdir)
+def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'):
+  """(translators by label, model_config, checkpoint step) for a workdir's checkpoint (latest, best, a step)."""
+  model_config = workdir_lib.load_model_config(workdir)
+  params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
+  tokenizer = workdir_lib.load_tokenizer(workdir)
   translators = {}
   for label, settings, dtype in map(parse_method, methods):
     table = decode_lib.load_draft_table(workdir) if settings.jacobi_init == 'bigram' else None
@@ -86,20 +87,20 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS):
   return translators, model_config, step
 
 
-def build_comparison(workdir: str, compare_workdirs, methods=DEFAULT_METHODS):
+def build_comparison(workdir: str, compare_workdirs, methods=DEFAULT_METHODS, checkpoint='latest'):
   """build_translators for `workdir` and every model of `compare_workdirs`, in one dict: the other models'
   labels are 'NAME/method' (NAME = the work directory's base name), so that all of them are timed side by
   side in one process, interleaved, with `workdir`'s greedy as the baseline (the RoyalFlush table's rows)."""
-  translators, model_config, step = build_translators(workdir, methods)
-  dataset = train_lib.load_train_config(workdir).dataset.to_dict()
+  translators, model_config, step = build_translators(workdir, methods, checkpoint)
+  dataset = workdir_lib.load_train_config(workdir).dataset.to_dict()
   for other in compare_workdirs:
     name = os.path.basename(os.path.normpath(other))
-    other_dataset = train_lib.load_train_config(other).dataset.to_dict()
+    other_dataset = workdir_lib.load_train_config(other).dataset.to_dict()
     if _comparable(other_dataset) != _comparable(dataset):
-      raise ValueError(f'{other} was trained on another dataset than {workdir}: their scores are not comparable')
+      raise FastmtError(f'{other} was trained on another dataset than {workdir}: their scores are not comparable')
     if any(label.startswith(f'{name}/') for label in translators):
-      raise ValueError(f'Two compared work directories are named {name!r}: their rows would share labels')
-    more, _, _ = build_translators(other, methods)
+      raise FastmtError(f'Two compared work directories are named {name!r}: their rows would share labels')
+    more, _, _ = build_translators(other, methods, checkpoint)
     translators.update({f'{name}/{label}': t for label, t in more.items()})
   return translators, model_config, step
 
@@ -200,10 +201,10 @@ def environment_facts(**extra) -> dict:
 
 def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, batch_size: int = 32,
                   speed_sentences: int = 100, large_batch_sentences: int = 256, repeats: int = 3,
-                  exactness_at_batch1: bool = True, log=print, compare_workdirs=()):
+                  exactness_at_batch1: bool = True, log=print, compare_workdirs=(), checkpoint='latest'):
   """Every method of `methods` on one workdir's model (and on compare_workdirs' models, side by side);
   returns (results, environment facts, hypotheses)."""
-  translators, model_config, step = build_comparison(workdir, compare_workdirs, methods)
+  translators, model_config, step = build_comparison(workdir, compare_workdirs, methods, checkpoint)
   results, hypotheses, signatures = measure(translators, sources, references, batch_size, speed_sentences,
                                             large_batch_sentences, repeats, exactness_at_batch1, log=log)
   environment = environment_facts(
@@ -251,6 +252,7 @@ def define_flags():
   """The CLI's flags, defined only when it runs as a program: importing this module as a library
   registers nothing, so any set of fastmt modules imports together."""
   flags.DEFINE_string('workdir', None, 'A train.py work directory.')
+  cli.define_checkpoint_flag('The checkpoint (of --workdir and every --compare work directory)')
   flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to translate (never 40-43: not in any split).')
   flags.DEFINE_list('methods', list(DEFAULT_METHODS),
                     'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L]; append +bigram for Jacobi draft guesses '
@@ -274,8 +276,8 @@ def _greedy_floor(workdir, sources, results):
   greedy = next((r for r in results if r.method == 'greedy'), None)
   if greedy is None:
     return {}
-  model_config = train_lib.load_model_config(workdir)
-  tokenizer = pipeline.load_tokenizer(workdir)
+  model_config = workdir_lib.load_model_config(workdir)
+  tokenizer = workdir_lib.load_tokenizer(workdir)
   subset = sources[:FLAGS.speed_sentences]
   source_len = float(np.mean([len(x) + 1 for x in tokenizer.encode(subset)]))
   target_len = int(greedy.decoder_calls_per_sentence)
@@ -285,7 +287,7 @@ def _greedy_floor(workdir, sources, results):
   floor = roofline.floor_ms_per_token(model_config, int(source_len), target_len, bandwidth, peak)
   dram = roofline.measure_bandwidth_gb_s()
   ms_per_token = greedy.ms_per_sentence_b1 / greedy.decoder_calls_per_sentence
-  params, _ = train_lib.restore_params(workdir, model_config)
+  params, _ = workdir_lib.restore_params(workdir, model_config, FLAGS.checkpoint)
   curves = {f'step_cost_ms_b{b}': roofline.step_cost_curve(model_config, params, batch_size=b,
                                                            source_length=int(source_len)) for b in (1, 32)}
   return {**floor, 'bandwidth_gb_s': bandwidth, 'main_memory_gb_s': dram,
@@ -297,7 +299,7 @@ def _greedy_floor(workdir, sources, results):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax and tfds log every read at INFO
-  config = train_lib.load_train_config(FLAGS.workdir)
+  config = workdir_lib.load_train_config(FLAGS.workdir)
   data = corpus.load_split(config.dataset, FLAGS.split)
   if FLAGS.direction:
     data = data.select(FLAGS.direction)
@@ -306,7 +308,8 @@ def main(argv):
     sources, references = sources[:FLAGS.limit], references[:FLAGS.limit]
   results, environment, hypotheses = run_benchmark(
       FLAGS.workdir, sources, references, FLAGS.methods, FLAGS.batch_size, FLAGS.speed_sentences,
-      FLAGS.large_batch_sentences, FLAGS.repeats, FLAGS.exactness_at_batch1, compare_workdirs=FLAGS.compare)
+      FLAGS.large_batch_sentences, FLAGS.repeats, FLAGS.exactness_at_batch1, compare_workdirs=FLAGS.compare,
+      checkpoint=FLAGS.checkpoint)
   table = format_table(results, FLAGS.batch_size)
   print(table)
   print(json.dumps(environment, indent=1))
@@ -330,7 +333,9 @@ def _write_outputs(results, environment, hypotheses, table):
       f.writelines(line + '\n' for line in lines)
 
 
+def run():
+  cli.run(main, define_flags, required=('workdir',))
+
+
 if __name__ == '__main__':
-  define_flags()
-  flags.mark_flags_as_required(['workdir'])
-  app.run(main)
+  run()

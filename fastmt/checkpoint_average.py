@@ -14,13 +14,13 @@ import json
 import os
 import shutil
 
-from absl import app, flags
+from absl import flags
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from fastmt import cli, train_lib
-from fastmt.data import pipeline
+from fastmt import cli, workdir as workdir_lib
+from fastmt.errors import FastmtError, MissingError
 
 AVERAGED_FROM_FILE = 'averaged_from.json'
 
@@ -28,42 +28,53 @@ AVERAGED_FROM_FILE = 'averaged_from.json'
 def average_trees(trees):
   """Element-wise mean of identically shaped pytrees, accumulated in float32."""
   if not trees:
-    raise ValueError('nothing to average')
+    raise FastmtError('nothing to average')
   total = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), trees[0])
   for tree in trees[1:]:
     total = jax.tree_util.tree_map(lambda a, b: a + jnp.asarray(b, jnp.float32), total, tree)
   return jax.tree_util.tree_map(lambda a, ref: (a / len(trees)).astype(jnp.asarray(ref).dtype), total, trees[0])
 
 
-def last_steps(workdir: str, last: int) -> list[int]:
-  """The newest `last` checkpoint steps of a run; an error if it kept fewer."""
+def last_steps(workdir: str, last: int, up_to='latest') -> list[int]:
+  """The newest `last` checkpoint steps of a run up to checkpoint `up_to` ('latest' or a step); an error if
+  it kept fewer ('best' is a single checkpoint of its own: nothing to average)."""
   if last < 1:
-    raise ValueError(f'--last must be at least 1, got {last}')
-  steps = sorted(train_lib.checkpoint_manager(workdir).all_steps())
+    raise FastmtError(f'--last must be at least 1, got {last}')
+  up_to = workdir_lib.parse_checkpoint(up_to)
+  if up_to == 'best':
+    raise FastmtError("--checkpoint best is one checkpoint; average the last steps ('latest' or a step)")
+  if not os.path.isdir(os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)):
+    raise MissingError(f'No checkpoint under {os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)}')
+  steps = sorted(workdir_lib.checkpoint_manager(workdir).all_steps())
+  if up_to != 'latest':
+    if up_to not in steps:
+      raise MissingError(f'{workdir!r} has no checkpoint step {up_to}; it has steps {steps}')
+    steps = [s for s in steps if s <= up_to]
   if len(steps) < last:
-    raise ValueError(f'{workdir} keeps {len(steps)} checkpoints ({steps}), fewer than the {last} to average; '
+    raise FastmtError(f'{workdir} keeps {len(steps)} checkpoints ({steps}), fewer than the {last} to average; '
                      'train with a larger --config.max_checkpoints_to_keep')
   return steps[-last:]
 
 
-def average_last_checkpoints(workdir: str, last: int):
-  """(averaged params, averaged steps) of a run's newest `last` checkpoints."""
-  model_config = train_lib.load_model_config(workdir)
-  steps = last_steps(workdir, last)
-  params = [train_lib.restore_params(workdir, model_config, step=s)[0] for s in steps]
+def average_last_checkpoints(workdir: str, last: int, up_to='latest'):
+  """(averaged params, averaged steps) of a run's newest `last` checkpoints up to `up_to`."""
+  model_config = workdir_lib.load_model_config(workdir)
+  steps = last_steps(workdir, last, up_to)
+  params = [workdir_lib.restore_params(workdir, model_config, checkpoint=s)[0] for s in steps]
   return average_trees(params), steps
 
 
 def write_averaged_workdir(workdir: str, output: str, params, steps) -> None:
   """A decode-ready work directory: the averaged params at the newest step, with the run's configs and vocab."""
   if os.path.abspath(output) == os.path.abspath(workdir):
-    raise ValueError('--output must differ from --workdir (the run keeps its own checkpoints)')
-  if os.path.exists(os.path.join(output, train_lib.CHECKPOINT_DIR)):
-    raise ValueError(f'{output} already holds checkpoints; choose a new --output')
+    raise FastmtError('--output must differ from --workdir (the run keeps its own checkpoints)')
+  if os.path.exists(os.path.join(output, workdir_lib.CHECKPOINT_DIR)):
+    raise FastmtError(f'{output} already holds checkpoints; choose a new --output')
   os.makedirs(output, exist_ok=True)
-  for name in (train_lib.MODEL_CONFIG_FILE, train_lib.TRAIN_CONFIG_FILE, pipeline.TOKENIZER_FILE):
+  for name in (workdir_lib.MODEL_CONFIG_FILE, workdir_lib.TRAIN_CONFIG_FILE, workdir_lib.TOKENIZER_FILE):
     shutil.copyfile(os.path.join(workdir, name), os.path.join(output, name))
-  manager = train_lib.checkpoint_manager(output)
+  workdir_lib.save_objective(output, workdir_lib.load_objective(workdir))
+  manager = workdir_lib.checkpoint_manager(output)
   manager.save(steps[-1], args=ocp.args.StandardSave({'params': params}))
   manager.wait_until_finished()
   with open(os.path.join(output, AVERAGED_FROM_FILE), 'w') as f:
@@ -79,17 +90,20 @@ def define_flags():
   flags.DEFINE_string('workdir', None, 'The train.py work directory whose checkpoints to average.')
   flags.DEFINE_integer('last', 5, 'How many of the newest checkpoints to average.')
   flags.DEFINE_string('output', None, 'New work directory for the averaged model.')
+  flags.DEFINE_string('checkpoint', 'latest', 'Average the --last checkpoints up to this one: latest or a step.')
 
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  params, steps = average_last_checkpoints(FLAGS.workdir, FLAGS.last)
+    raise FastmtError(f'Unexpected arguments: {argv[1:]}')
+  params, steps = average_last_checkpoints(FLAGS.workdir, FLAGS.last, FLAGS.checkpoint)
   write_averaged_workdir(FLAGS.workdir, FLAGS.output, params, steps)
   print(f'Averaged steps {steps} of {FLAGS.workdir} into {FLAGS.output}')
 
 
+def run():
+  cli.run(main, define_flags, required=('workdir', 'output'))
+
+
 if __name__ == '__main__':
-  define_flags()
-  flags.mark_flags_as_required(['workdir', 'output'])
-  app.run(cli.exit_on_user_error(main), flags_parser=cli.parse_flags_or_exit)
+  run()

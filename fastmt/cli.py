@@ -1,8 +1,14 @@
-"""Shared by train.py and decode.py: flag parsing that turns a bad flag or config override into one line."""
+"""What every fastmt command-line tool shares: flag parsing and error handling that end in one clear line.
+
+A FastmtError (bad input: a flag, a file, a work directory, a checkpoint) prints its message and exits 1;
+any other exception keeps its traceback, since it is a bug to report, not a user's mistake.
+"""
 
 import sys
 
-from absl import flags
+from absl import app, flags
+
+from fastmt.errors import FastmtError
 
 
 def parse_flags_or_exit(argv):
@@ -15,11 +21,26 @@ def parse_flags_or_exit(argv):
 
 
 def exit_on_user_error(main):
-  """Wraps an absl main: errors fastmt raises for bad input (missing workdir, another model's checkpoint,
-  invalid UTF-8, bad settings) end the program with their one-line message instead of a traceback."""
+  """Wraps an absl main: a FastmtError ends the program with its one-line message instead of a traceback."""
   def wrapped(argv):
     try:
       return main(argv)
-    except (FileNotFoundError, ValueError) as e:
+    except FastmtError as e:
       sys.exit(f'{sys.argv[0]}: error: {e}')
   return wrapped
+
+
+def define_checkpoint_flag(what: str = 'The checkpoint') -> None:
+  flags.DEFINE_string('checkpoint', 'latest', f'{what} to restore: latest, best (the best validation BLEU, '
+                      'kept with --config.keep_best_checkpoint) or a step number.')
+
+
+def run(main, define_flags=None, required=()):
+  """Entry point of a console script: defines the tool's flags, then runs main under absl with the handlers
+  above. `define_flags` is called here, not at import, so that importing any set of fastmt modules together
+  never registers a flag twice."""
+  if define_flags is not None:
+    define_flags()
+  for name in required:
+    flags.mark_flag_as_required(name)
+  app.run(exit_on_user_error(main), flags_parser=parse_flags_or_exit)

@@ -5,6 +5,8 @@ import json
 
 import jax.numpy as jnp
 
+from fastmt.errors import FastmtError
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -20,7 +22,7 @@ class ModelConfig:
 
   def __post_init__(self):
     if self.emb_dim % self.num_heads or self.emb_dim % 2:
-      raise ValueError(f'emb_dim {self.emb_dim} must be even and divisible by num_heads {self.num_heads}')
+      raise FastmtError(f'emb_dim {self.emb_dim} must be even and divisible by num_heads {self.num_heads}')
 
   @property
   def head_dim(self) -> int:
@@ -37,7 +39,7 @@ class ModelConfig:
     known = {f.name for f in dataclasses.fields(cls)} - {'vocab_size'}
     unknown = sorted(set(values) - known)
     if unknown:
-      raise ValueError(f'Unknown model config keys {unknown}; known keys: {sorted(known)}')
+      raise FastmtError(f'Unknown model config keys {unknown}; known keys: {sorted(known)}')
     return cls(vocab_size=vocab_size, **values)
 
   def to_json(self) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 
 from fastmt import models
 from fastmt.decoding import jacobi
+from fastmt.errors import FastmtError
 from fastmt.data.tokenizer import EOS_ID, PAD_ID
 from fastmt.translate import DecodeSettings, TranslationStats, Translator, make_step_fn, output_cap
 
@@ -54,16 +55,18 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
   bucket = next(b for b in translator.buckets if b >= len(ids))
   src = np.zeros((1, bucket), np.int32)
   src[0, :len(ids)] = ids
-  max_len = output_cap(config, bucket, settings)
+  max_len = output_cap(config, bucket, settings)  # the bucket's bound, as Translator compiles it
+  row_caps = np.array([output_cap(config, len(ids), settings)], np.int32)  # the sentence's own cap
   block = max_len if settings.algorithm == 'pj' else settings.block_size
   parallel = (min(settings.parallel_length, max_len) if settings.parallel_length else max_len
               ) if settings.algorithm == 'hgj' else max_len
   draft_table = None
   if settings.jacobi_init == 'bigram':
     if translator.draft_table is None:
-      raise ValueError("jacobi_init='bigram' needs a Translator with a draft table")
+      raise FastmtError("jacobi_init='bigram' needs a Translator with a draft table")
     draft_table = translator.draft_table
-  result, trace = _traced_decode(translator.params, jnp.asarray(src), draft_table, config=config,
+  result, trace = _traced_decode(translator.params, jnp.asarray(src), jnp.asarray(row_caps), draft_table,
+                                 config=config,
                                  max_len=max_len, block=block, parallel=parallel)
   tokens = np.asarray(result.tokens[0])
   eos = np.flatnonzero(tokens == EOS_ID)
@@ -82,14 +85,15 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
 
 
 @functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel'))
-def _traced_decode(params, source, draft_table, *, config, max_len, block, parallel):
+def _traced_decode(params, source, row_caps, draft_table, *, config, max_len, block, parallel):
   model = models.Transformer(config)
   encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
   memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
   cache = models.init_cache(config, source.shape[0], max_len + block)
   initializer = jacobi.pad_initializer if draft_table is None else jacobi.chain_initializer(draft_table)
   return jacobi.jacobi_decode(make_step_fn(model, params, memory), cache, source.shape[0], max_len, block,
-                              parallel_length=parallel, initializer=initializer, return_trace=True)
+                              parallel_length=parallel, initializer=initializer, return_trace=True,
+                              row_caps=row_caps)
 
 
 def _cells(trace: SentenceTrace):

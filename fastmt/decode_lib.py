@@ -1,4 +1,10 @@
-"""What decode.py does: translate a file in input order, score it, time it, optionally draw DDGviz traces."""
+"""What decode.py does: translate a file (or stdin) in input order, streaming; score it; optionally time it.
+
+One pass by default: lines are read a chunk at a time, translated in length-sorted batches, and written in
+input order as soon as every earlier line is done, so memory stays bounded on a file of any size and the
+first lines appear before the last are read. Scoring is automatic with a reference; timing at batch 1
+(`speed_sentences`) is opt-in, since it decodes those sentences again.
+"""
 
 import dataclasses
 import json
@@ -7,14 +13,16 @@ import os
 import statistics
 import sys
 import time
+from typing import Iterator
 
 import numpy as np
 import sacrebleu
 
-from fastmt import precision, train_lib
-from fastmt.data import corpus, pipeline
+from fastmt import precision, progress, workdir as workdir_lib
+from fastmt.data import corpus
 from fastmt.decoding import drafts
-from fastmt.translate import DecodeSettings, Translator
+from fastmt.errors import FastmtError, MissingError
+from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
 
 @dataclasses.dataclass
@@ -24,21 +32,58 @@ class DecodeReport:
   chrf: float | None
   bleu_signature: str | None
   chrf_signature: str | None
-  ms_per_sentence: float | None  # median over sentences at batch 1
-  sentences_per_s: float  # at --batch_size
-  words_per_s: float  # source words per second at --batch_size
+  ms_per_sentence: float | None  # median over speed_sentences sentences at batch 1 (None: not timed)
+  sentences_per_s: float  # the translation pass at batch_size, compile time excluded
+  words_per_s: float  # source words per second, likewise
   decoder_calls_per_sentence: float
-  compile_s: float  # first pass minus the timed pass: compilation of every shape used
+  compile_s: float  # compiling every (batch rows, bucket) shape the pass used
   empty_inputs: int
   truncated_inputs: int
   outputs_at_cap: int
+  wall_s: float = 0.0  # the whole translation pass, reading and writing included, compile time included
+  padding_rows: int = 0  # rows that only padded a batch to its static shape (done from the start)
+
+
+def count_lines(path: str) -> int | None:
+  """Lines in a file (a last line without newline counts), for the progress bar's total; None for stdin."""
+  if path == '-':
+    return None
+  count, last = 0, b'\n'
+  with open(path, 'rb') as f:
+    while block := f.read(1 << 20):
+      count += block.count(b'\n')
+      last = block[-1:]
+  return count + (last != b'\n')
+
+
+def iter_lines(path: str, errors: str = 'strict') -> Iterator[str]:
+  """Lines of a file, or of stdin for '-', one at a time; invalid UTF-8 is an error naming the line (or, with
+  errors='replace', U+FFFD). Only '\n' ends a line (a '\r' before it is dropped), as in corpus.read_lines."""
+  if path != '-' and not os.path.isfile(path):
+    raise MissingError(f'No input file {path!r}')
+  stream = sys.stdin.buffer if path == '-' else open(path, 'rb')  # pylint: disable=consider-using-with
+  name = 'stdin' if path == '-' else path
+  try:
+    for number, raw in enumerate(stream, start=1):
+      raw = raw[:-1] if raw.endswith(b'\n') else raw
+      try:
+        yield raw.decode('utf-8', errors=errors).rstrip('\r')
+      except UnicodeDecodeError as e:
+        raise FastmtError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); '
+                          'fix the file or pass --input_errors=replace') from None
+  finally:
+    if stream is not sys.stdin.buffer:
+      stream.close()
 
 
 def read_input(path: str, errors: str) -> list[str]:
-  """Lines of a file, or of stdin for '-'; invalid UTF-8 is an error naming the line (or U+FFFD)."""
-  if path == '-':
-    return corpus.decode_lines(sys.stdin.buffer.read(), 'stdin', errors)
-  return corpus.read_lines(path, errors=errors)
+  """All lines of a file or stdin (iter_lines as a list)."""
+  return list(iter_lines(path, errors))
+
+
+def one_line(text: str) -> str:
+  """A translation never spans lines, whatever the detokeniser returns: output line i stays input line i's."""
+  return text.replace('\r', ' ').replace('\n', ' ')
 
 
 DRAFT_TABLE_FILE = 'bigram_draft.npy'
@@ -52,8 +97,8 @@ def load_draft_table(workdir: str) -> np.ndarray:
   path = os.path.join(workdir, DRAFT_TABLE_FILE)
   if os.path.exists(path):
     return np.load(path)
-  config = train_lib.load_train_config(workdir)
-  tokenizer = pipeline.load_tokenizer(workdir)
+  config = workdir_lib.load_train_config(workdir)
+  tokenizer = workdir_lib.load_tokenizer(workdir)
   targets = corpus.load_split(config.dataset, 'train').targets
   table = drafts.bigram_table(tokenizer.encode(targets), tokenizer.vocab_size)
   np.save(path + '.tmp.npy', table)
@@ -62,14 +107,18 @@ def load_draft_table(workdir: str) -> np.ndarray:
 
 
 def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | None = None,
-                    dtype: str = 'float32') -> Translator:
-  """The workdir's latest checkpoint as a Translator; clusters_dir selects the clustered output projection
-  (a direction without clusters falls back to the dense projection with a warning); dtype 'bfloat16' decodes
-  in half precision (fastmt.precision); settings.jacobi_init='bigram' loads the draft table."""
-  model_config = train_lib.load_model_config(workdir)
-  params, step = train_lib.restore_params(workdir, model_config)
+                    dtype: str = 'float32', checkpoint='latest') -> Translator:
+  """A workdir's checkpoint ('latest', 'best' or a step) as a Translator; clusters_dir selects the clustered
+  output projection (a direction without clusters falls back to the dense projection with a warning); dtype
+  'bfloat16' decodes in half precision (fastmt.precision); settings.jacobi_init='bigram' loads the draft
+  table. An algorithm that cannot decode the workdir's objective is an error before the weights load."""
+  model_config = workdir_lib.load_model_config(workdir)
+  objective = workdir_lib.load_objective(workdir)
+  from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
+  registry.check_objective(settings.algorithm, objective)
+  params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
   logging.info('Loaded %s step %d', workdir, step)
-  tokenizer = pipeline.load_tokenizer(workdir)
+  tokenizer = workdir_lib.load_tokenizer(workdir)
   clusters = None
   if clusters_dir:
     from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
@@ -79,54 +128,112 @@ def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | 
       logging.warning('%s: using the dense projection for this direction', e)
   model_config, params = precision.for_inference(model_config, params, dtype)
   draft_table = load_draft_table(workdir) if settings.jacobi_init == 'bigram' else None
-  return Translator(model_config, params, tokenizer, settings, clusters, draft_table)
+  return Translator(model_config, params, tokenizer, settings, clusters, draft_table, objective)
 
 
-def translate_and_measure(translator: Translator, sources, references=None, batch_size: int = 32,
-                          speed_sentences: int = 100) -> tuple[list[str], DecodeReport]:
+def translate_stream(translator: Translator, lines, write, batch_size: int = 32, total: int | None = None,
+                     keep: bool = False, show_progress: bool = True):
+  """Translates an iterable of lines, calling write(translation) in input order as lines finish.
+
+  Returns (stats, wall seconds, source words, hypotheses if keep else None). The progress bar (sentences/s,
+  ETA) shows for inputs longer than a screen, or of unknown length.
+  """
+  stats = TranslationStats()
+  bar = progress.progress(total=total, unit='sentence', desc='translate',
+                          disable=not show_progress or (total is not None and total < 50))
+  words, kept = 0, [] if keep else None
+
+  def counted(source_lines):
+    nonlocal words
+    for line in source_lines:
+      words += len(line.split())
+      yield line
+
   start = time.perf_counter()
-  hypotheses, stats = translator.translate(sources, batch_size)
-  first_pass = time.perf_counter() - start
-  start = time.perf_counter()
-  translator.translate(sources, batch_size)  # everything compiled now: this is the throughput pass
-  timed = time.perf_counter() - start
+  for hypothesis in translator.translate_iter(counted(lines), batch_size, stats):
+    hypothesis = one_line(hypothesis)
+    write(hypothesis)
+    if kept is not None:
+      kept.append(hypothesis)
+    bar.update(1)
+  bar.close()
+  return stats, time.perf_counter() - start, words, kept
 
-  ms_per_sentence = None
-  if speed_sentences:
-    subset = [s for s in sources if s.strip()][:speed_sentences]
-    translator.translate(subset, 1)  # compile batch-1 shapes
-    per_sentence = []
-    for sentence in subset:
-      t = time.perf_counter()
-      translator.translate([sentence], 1)
-      per_sentence.append(time.perf_counter() - t)
-    ms_per_sentence = 1000 * statistics.median(per_sentence) if per_sentence else None
 
+def time_at_batch1(translator: Translator, sentences: list[str]) -> float | None:
+  """Median ms per sentence at batch 1 over `sentences` (compiled first, so compile time is excluded)."""
+  sentences = [s for s in sentences if s.strip()]
+  if not sentences:
+    return None
+  translator.translate(sentences, 1)  # compile the batch-1 shapes
+  per_sentence = []
+  for sentence in sentences:
+    t = time.perf_counter()
+    translator.translate([sentence], 1)
+    per_sentence.append(time.perf_counter() - t)
+  return 1000 * statistics.median(per_sentence)
+
+
+def score(hypotheses, references):
+  """(BLEU, chrF, their signatures) with sacreBLEU; line counts must match."""
+  if len(references) != len(hypotheses):
+    raise FastmtError(f'{len(hypotheses)} input lines but {len(references)} reference lines')
+  bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
+  bleu = bleu_metric.corpus_score(hypotheses, [references]).score
+  chrf = chrf_metric.corpus_score(hypotheses, [references]).score
+  return bleu, chrf, str(bleu_metric.get_signature()), str(chrf_metric.get_signature())
+
+
+def translate_file(translator: Translator, input_path: str, output_path: str, reference_path: str | None = None,
+                   batch_size: int = 32, speed_sentences: int = 0, input_errors: str = 'strict',
+                   tag_direction: str | None = None, show_progress: bool = True) -> DecodeReport:
+  """decode.py's job: input file (or '-') -> output file (or '-'), in order, streamed; a report.
+
+  Holds the hypotheses only when scoring (strings, not tensors) and the first speed_sentences sources.
+  """
+  lines = iter_lines(input_path, input_errors)
+  if tag_direction:
+    tag = corpus.language_tag(tag_direction)
+    lines = (f'{tag} {line}' if line.strip() else line for line in lines)
+  first_sources = []
+
+  def remembered(source_lines):
+    for line in source_lines:
+      if len(first_sources) < speed_sentences:
+        first_sources.append(line)
+      yield line
+
+  total = count_lines(input_path)
+  out = sys.stdout if output_path == '-' else open(output_path, 'w', encoding='utf-8')  # pylint: disable=consider-using-with
+  try:
+    write = lambda line: out.write(line + '\n')
+    stats, wall, words, hypotheses = translate_stream(translator, remembered(lines), write, batch_size, total,
+                                                      keep=reference_path is not None,
+                                                      show_progress=show_progress)
+    out.flush()
+  finally:
+    if out is not sys.stdout:
+      out.close()
   bleu = chrf = bleu_sig = chrf_sig = None
-  if references is not None:
-    if len(references) != len(sources):
-      raise ValueError(f'{len(sources)} input lines but {len(references)} reference lines')
-    bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
-    bleu = bleu_metric.corpus_score(hypotheses, [references]).score
-    chrf = chrf_metric.corpus_score(hypotheses, [references]).score
-    bleu_sig, chrf_sig = str(bleu_metric.get_signature()), str(chrf_metric.get_signature())
+  if reference_path is not None:
+    bleu, chrf, bleu_sig, chrf_sig = score(hypotheses, read_input(reference_path, 'replace'))
+  ms_per_sentence = time_at_batch1(translator, first_sources) if speed_sentences else None
+  decode_seconds = max(wall - stats.compile_seconds, 1e-9)
   decoded = max(1, stats.sentences - stats.empty_inputs)
-  report = DecodeReport(
-      sentences=len(sources), bleu=bleu, chrf=chrf, bleu_signature=bleu_sig, chrf_signature=chrf_sig,
-      ms_per_sentence=ms_per_sentence, sentences_per_s=len(sources) / timed,
-      words_per_s=sum(len(s.split()) for s in sources) / timed,
-      decoder_calls_per_sentence=stats.decoder_calls / decoded, compile_s=max(0.0, first_pass - timed),
-      empty_inputs=stats.empty_inputs, truncated_inputs=stats.truncated_inputs,
-      outputs_at_cap=stats.outputs_at_cap)
-  return hypotheses, report
+  return DecodeReport(
+      sentences=stats.sentences, bleu=bleu, chrf=chrf, bleu_signature=bleu_sig, chrf_signature=chrf_sig,
+      ms_per_sentence=ms_per_sentence, sentences_per_s=stats.sentences / decode_seconds,
+      words_per_s=words / decode_seconds, decoder_calls_per_sentence=stats.decoder_calls / decoded,
+      compile_s=stats.compile_seconds, empty_inputs=stats.empty_inputs, truncated_inputs=stats.truncated_inputs,
+      outputs_at_cap=stats.outputs_at_cap, wall_s=wall, padding_rows=stats.padding_rows)
 
 
 def write_lines(path: str, lines) -> None:
   if path == '-':
-    sys.stdout.writelines(line + '\n' for line in lines)
+    sys.stdout.writelines(one_line(line) + '\n' for line in lines)
     return
   with open(path, 'w', encoding='utf-8') as f:
-    f.writelines(line + '\n' for line in lines)
+    f.writelines(one_line(line) + '\n' for line in lines)
 
 
 def format_report(report: DecodeReport) -> str:
@@ -136,8 +243,9 @@ def format_report(report: DecodeReport) -> str:
     parts.append(f'chrF {report.chrf:.2f} ({report.chrf_signature})')
   if report.ms_per_sentence is not None:
     parts.append(f'batch 1: {report.ms_per_sentence:.2f} ms/sentence (median)')
-  parts.append(f'large batch: {report.sentences_per_s:.1f} sentences/s, {report.words_per_s:.0f} source words/s')
-  parts.append(f'decoder calls/sentence {report.decoder_calls_per_sentence:.2f}; compile {report.compile_s:.1f} s')
+  parts.append(f'{report.sentences} sentences in {report.wall_s:.1f} s ({report.compile_s:.1f} s compiling); '
+               f'{report.sentences_per_s:.1f} sentences/s, {report.words_per_s:.0f} source words/s without compiling')
+  parts.append(f'decoder calls/sentence {report.decoder_calls_per_sentence:.2f}')
   parts.append(f'empty inputs {report.empty_inputs}, truncated inputs {report.truncated_inputs}, '
                f'outputs at the length cap {report.outputs_at_cap}')
   return '\n'.join(parts)

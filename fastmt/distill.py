@@ -16,42 +16,21 @@ line (counted); the student's data pipeline then skips that pair like any pair w
 """
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
 import shutil
 import time
 
-from absl import app, flags
+from absl import flags
 
-from fastmt import cli, train_lib
-from fastmt.data import corpus, pipeline
+from fastmt import cli, workdir as workdir_lib
+from fastmt.data import corpus
+from fastmt.data.distilled import (DISTILLED_FILE, MANIFEST_FILE, check_same_vocabulary, file_fingerprint,
+                                   fingerprint, load_distilled_targets)
+from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, Translator
 
-DISTILLED_FILE = 'distilled.txt'
-MANIFEST_FILE = 'manifest.json'
-
-
-def fingerprint(lines) -> str:
-  """sha256 of the lines (newline-joined): ties a distilled file to the exact sources it translates."""
-  digest = hashlib.sha256()
-  for line in lines:
-    digest.update(line.encode('utf-8') + b'\n')
-  return digest.hexdigest()
-
-
-def file_fingerprint(path: str) -> str:
-  with open(path, 'rb') as f:
-    return hashlib.sha256(f.read()).hexdigest()
-
-
-def check_same_vocabulary(teacher_spm: str, student_workdir: str) -> None:
-  """A student work directory that already has a vocabulary must have the teacher's."""
-  student_spm = os.path.join(student_workdir, pipeline.TOKENIZER_FILE)
-  if os.path.exists(student_spm) and file_fingerprint(student_spm) != file_fingerprint(teacher_spm):
-    raise ValueError(f'The student work directory {student_workdir} has another vocabulary ({student_spm}) than '
-                     f'the teacher ({teacher_spm}); use a new student work directory')
 
 
 @dataclasses.dataclass
@@ -64,23 +43,24 @@ class DistillResult:
 
 def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=DecodeSettings('beam'),
             batch_size: int = 32, chunk_sentences: int = 1024, student_workdir: str | None = None,
-            max_chunks: int | None = None, log=logging.info) -> DistillResult:
-  """Translates `sources` with the teacher's latest checkpoint into output_dir/distilled.txt, resuming.
+            max_chunks: int | None = None, log=logging.info, checkpoint='latest') -> DistillResult:
+  """Translates `sources` with the teacher's checkpoint ('latest', 'best' or a step) into
+  output_dir/distilled.txt, resuming.
 
   max_chunks stops after that many chunks (for tests of resumption; None = all).
   """
-  teacher_spm = os.path.join(teacher_workdir, pipeline.TOKENIZER_FILE)
+  teacher_spm = os.path.join(teacher_workdir, workdir_lib.TOKENIZER_FILE)
   if student_workdir:
     check_same_vocabulary(teacher_spm, student_workdir)
-  model_config = train_lib.load_model_config(teacher_workdir)
-  params, step = train_lib.restore_params(teacher_workdir, model_config)
+  model_config = workdir_lib.load_model_config(teacher_workdir)
+  params, step = workdir_lib.restore_params(teacher_workdir, model_config, checkpoint)
   manifest = {'teacher': os.path.abspath(teacher_workdir), 'teacher_step': step,
               'teacher_vocabulary': file_fingerprint(teacher_spm), 'settings': dataclasses.asdict(settings),
               'sources': len(sources), 'sources_fingerprint': fingerprint(sources)}
   os.makedirs(output_dir, exist_ok=True)
   done = _resume_point(output_dir, manifest)
-  shutil.copyfile(teacher_spm, os.path.join(output_dir, pipeline.TOKENIZER_FILE))
-  translator = Translator(model_config, params, pipeline.load_tokenizer(teacher_workdir), settings)
+  shutil.copyfile(teacher_spm, os.path.join(output_dir, workdir_lib.TOKENIZER_FILE))
+  translator = Translator(model_config, params, workdir_lib.load_tokenizer(teacher_workdir), settings)
 
   start, written, empty, chunks = time.perf_counter(), 0, 0, 0
   with open(os.path.join(output_dir, DISTILLED_FILE), 'a', encoding='utf-8') as out:
@@ -106,20 +86,20 @@ def _resume_point(output_dir: str, manifest: dict) -> int:
   manifest_path = os.path.join(output_dir, MANIFEST_FILE)
   if not os.path.exists(manifest_path):
     if os.path.exists(path) and os.path.getsize(path):
-      raise ValueError(f'{path} exists without {MANIFEST_FILE}: not a fastmt.distill output; use a new dir')
+      raise FastmtError(f'{path} exists without {MANIFEST_FILE}: not a fastmt.distill output; use a new dir')
     open(path, 'w').close()
     return 0
   with open(manifest_path) as f:
     saved = json.load(f)
   differing = sorted(k for k in manifest if saved.get(k) != manifest[k])
   if differing:
-    raise ValueError(f'{output_dir} holds a distillation with other {differing}; use a new --output_dir')
+    raise FastmtError(f'{output_dir} holds a distillation with other {differing}; use a new --output_dir')
   done = int(saved.get('done', 0))
   with open(path, 'rb+') as f:
     data = f.read()
     lines = data.count(b'\n')
     if lines < done:
-      raise ValueError(f'{path} has {lines} lines but its manifest records {done}: the file was damaged')
+      raise FastmtError(f'{path} has {lines} lines but its manifest records {done}: the file was damaged')
     keep = 0
     for _ in range(done):
       keep = data.index(b'\n', keep) + 1
@@ -139,24 +119,6 @@ def _write_manifest(output_dir: str, manifest: dict) -> None:
   os.replace(path + '.tmp', path)
 
 
-def load_distilled_targets(distilled_dir: str, sources: list[str]) -> list[str]:
-  """The finished distilled targets for exactly these sources (an error if unfinished or for other sources)."""
-  manifest_path = os.path.join(distilled_dir, MANIFEST_FILE)
-  if not os.path.exists(manifest_path):
-    raise FileNotFoundError(f'No {MANIFEST_FILE} in {distilled_dir!r}: not a fastmt.distill output directory')
-  with open(manifest_path) as f:
-    manifest = json.load(f)
-  if manifest['sources_fingerprint'] != fingerprint(sources):
-    raise ValueError(f'{distilled_dir} distils other training sources than this config\'s dataset')
-  if manifest.get('done', 0) != len(sources):
-    raise ValueError(f'{distilled_dir} is unfinished ({manifest.get("done", 0)}/{len(sources)} lines); '
-                     'run python -m fastmt.distill again to complete it')
-  targets = corpus.read_lines(os.path.join(distilled_dir, DISTILLED_FILE))
-  if len(targets) != len(sources):
-    raise ValueError(f'{distilled_dir}/{DISTILLED_FILE} has {len(targets)} lines for {len(sources)} sources')
-  return targets
-
-
 FLAGS = flags.FLAGS
 
 
@@ -171,23 +133,26 @@ def define_flags():
   flags.DEFINE_float('alpha', 0.6, 'Beam length penalty.')
   flags.DEFINE_integer('batch_size', 32, 'Sentences per batch.')
   flags.DEFINE_integer('chunk_sentences', 1024, 'Sentences per fsynced chunk (the unit of resumption).')
+  cli.define_checkpoint_flag('The teacher checkpoint')
 
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+    raise FastmtError(f'Unexpected arguments: {argv[1:]}')
   logging.getLogger().setLevel(logging.INFO)
-  config = train_lib.load_train_config(FLAGS.teacher)
+  config = workdir_lib.load_train_config(FLAGS.teacher)
   sources = corpus.load_split(config.dataset, FLAGS.split).sources
   settings = (DecodeSettings('greedy') if FLAGS.beam_size == 1 else
               DecodeSettings('beam', beam_size=FLAGS.beam_size, alpha=FLAGS.alpha))
   result = distill(FLAGS.teacher, sources, FLAGS.output_dir, settings, FLAGS.batch_size, FLAGS.chunk_sentences,
-                   FLAGS.student_workdir, log=print)
+                   FLAGS.student_workdir, log=print, checkpoint=FLAGS.checkpoint)
   print(f'{result.total}/{len(sources)} sentences distilled into {FLAGS.output_dir} '
         f'({result.translated} now, {result.empty_sources} empty sources, {result.seconds:.0f} s)')
 
 
+def run():
+  cli.run(main, define_flags, required=('teacher', 'output_dir'))
+
+
 if __name__ == '__main__':
-  define_flags()
-  flags.mark_flags_as_required(['teacher', 'output_dir'])
-  app.run(cli.exit_on_user_error(main), flags_parser=cli.parse_flags_or_exit)
+  run()

@@ -10,7 +10,7 @@ Books 40-43 are in no split, so no export can reach them.
 
 from absl import app, flags, logging
 
-from fastmt import cli, train_lib
+from fastmt import cli, workdir as workdir_lib
 from fastmt.data import corpus
 
 FLAGS = flags.FLAGS
@@ -32,18 +32,20 @@ def define_flags():
   flags.DEFINE_string('split', 'test', 'train, validation or test.')
   flags.DEFINE_string('output_prefix', None, 'Writes <prefix>.src and <prefix>.ref.')
   flags.DEFINE_string('direction', '', 'Multilingual datasets: only this direction\'s lines (e.g. en_fr).')
-  flags.mark_flags_as_required(['workdir', 'output_prefix'])
 
 
 @cli.exit_on_user_error
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  config = train_lib.load_train_config(FLAGS.workdir)
+  config = workdir_lib.load_train_config(FLAGS.workdir)
   count = export_split(config.dataset, FLAGS.split, FLAGS.output_prefix, FLAGS.direction)
   print(f'{count} lines -> {FLAGS.output_prefix}.src, {FLAGS.output_prefix}.ref')
 
 
+def run():
+  cli.run(main, define_flags, required=('workdir', 'output_prefix'))
+
+
 if __name__ == '__main__':
-  define_flags()
-  app.run(main, flags_parser=cli.parse_flags_or_exit)
+  run()

@@ -148,11 +148,17 @@ class Transformer(nn.Module):
     new_cache = None if cache is None else {'k': tuple(new_k), 'v': tuple(new_v)}
     return logits, hidden, new_cache
 
-  def __call__(self, source, decoder_input, deterministic: bool = True):
-    """Teacher-forced training pass: logits [B, T, V] for decoder_input [B, T] (BOS-shifted targets)."""
+  def __call__(self, source, decoder_input, positions=None, self_mask=None, deterministic: bool = True):
+    """Teacher-forced training pass: logits [B, T, V] for decoder_input [B, T].
+
+    positions int [B, T] and self_mask bool [B or 1, T, T] come from the training objective
+    (fastmt.objectives); by default 0 .. T-1 and causal (the autoregressive objective).
+    """
     encoded = self.encode(source, deterministic)
     memory = self.memory(encoded, source)
-    positions = jnp.broadcast_to(jnp.arange(decoder_input.shape[1]), decoder_input.shape)
-    logits, _, _ = self.decode(decoder_input, positions, causal_mask(decoder_input.shape[1]), memory,
-                               deterministic=deterministic)
+    if positions is None:
+      positions = jnp.broadcast_to(jnp.arange(decoder_input.shape[1]), decoder_input.shape)
+    if self_mask is None:
+      self_mask = causal_mask(decoder_input.shape[1])
+    logits, _, _ = self.decode(decoder_input, positions, self_mask, memory, deterministic=deterministic)
     return logits

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from fastmt.config import ModelConfig
+from fastmt.errors import FastmtError
 
 DTYPES = ('float32', 'bfloat16')
 
@@ -18,7 +19,7 @@ DTYPES = ('float32', 'bfloat16')
 def for_inference(config: ModelConfig, params, dtype: str):
   """(config, params) for decoding in `dtype` ('float32' leaves both unchanged)."""
   if dtype not in DTYPES:
-    raise ValueError(f'dtype must be one of {DTYPES}, got {dtype!r}')
+    raise FastmtError(f'dtype must be one of {DTYPES}, got {dtype!r}')
   if dtype == 'float32':
     return config, params
   cast = lambda x: x.astype(jnp.dtype(dtype)) if x.ndim >= 2 else x  # matrices only; vectors stay float32

@@ -28,6 +28,7 @@ import numpy as np
 
 from fastmt.data.tokenizer import EOS_ID
 from fastmt.layers import NEG_INF
+from fastmt.errors import FastmtError
 
 
 def dense_logits(hidden, embedding):
@@ -82,7 +83,7 @@ def fit_kmeans(points, num_clusters: int, iterations: int = 20, batch_size: int 
   points = jnp.asarray(points, jnp.float32)
   n = points.shape[0]
   if num_clusters > n:
-    raise ValueError(f'{num_clusters} clusters need at least as many points, got {n}')
+    raise FastmtError(f'{num_clusters} clusters need at least as many points, got {n}')
   key = jax.random.PRNGKey(seed)
   init_key, key = jax.random.split(key)
   centroids = points[jax.random.choice(init_key, n, (num_clusters,), replace=False)]

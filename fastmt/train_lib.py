@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import time
 
 import jax
@@ -19,20 +20,17 @@ import jax.numpy as jnp
 import optax
 import orbax.checkpoint as ocp
 import sacrebleu
-import tqdm
 from flax.training import train_state
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from fastmt import models
+from fastmt import models, objectives, progress as progress_lib, workdir as workdir_lib
 from fastmt.config import ModelConfig
+from fastmt.errors import FastmtError
 from fastmt.data import pipeline
 from fastmt.data.tokenizer import PAD_ID
 from fastmt.translate import DecodeSettings, Translator
+from fastmt.workdir import MODEL_CONFIG_FILE, TRAIN_CONFIG_FILE
 
-MODEL_CONFIG_FILE = 'model_config.json'
-TRAIN_CONFIG_FILE = 'config.json'  # the whole training config, so tools can find the dataset of a workdir
-CHECKPOINT_DIR = 'checkpoints'
-BEST_CHECKPOINT_DIR = 'best_checkpoint'  # optional: the best validation BLEU so far (config.keep_best_checkpoint)
 
 
 class TrainState(train_state.TrainState):
@@ -74,16 +72,18 @@ def initial_state(model_config: ModelConfig, config) -> TrainState:
   return TrainState.create(apply_fn=model.apply, params=params, tx=make_optimizer(config), rng=dropout_rng)
 
 
-def cross_entropy(logits, targets, label_smoothing: float):
+def cross_entropy(logits, targets, label_smoothing: float, weights=None):
   """Token-level label-smoothed cross entropy and accuracy, summed over non-pad targets.
 
   The smoothed target puts (1 - label_smoothing) on the reference and spreads label_smoothing over the other
   V - 1 tokens. Written with logsumexp and sums over the vocabulary so that no [tokens, V] one-hot or
   log-softmax tensor is materialised (a third of the step's memory traffic on CPU otherwise).
-  Returns dict of sums: loss, nll (unsmoothed), correct, tokens.
+  weights: float [B, T] loss weight per prediction (the objective's); default: 1 on every non-PAD target.
+  Returns dict of sums: loss, nll (unsmoothed), correct, tokens (the sum of weights).
   """
   vocab = logits.shape[-1]
-  weights = (targets != PAD_ID).astype(jnp.float32)
+  if weights is None:
+    weights = (targets != PAD_ID).astype(jnp.float32)
   logits = logits.astype(jnp.float32)
   log_normaliser = jax.nn.logsumexp(logits, axis=-1)
   target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
@@ -95,14 +95,18 @@ def cross_entropy(logits, targets, label_smoothing: float):
           'tokens': weights.sum()}
 
 
-def train_step(state: TrainState, batch, label_smoothing: float):
-  """One optimiser step on a batch dict {source, decoder_input, target}; returns (state, metric sums)."""
+def train_step(state: TrainState, batch, label_smoothing: float, objective_fn=objectives.get('at')):
+  """One optimiser step on a batch dict {source, decoder_input, target}; returns (state, metric sums).
+
+  objective_fn (fastmt.objectives) turns the batch into the decoder's inputs, positions, mask and targets.
+  """
   dropout_rng = jax.random.fold_in(state.rng, state.step)
+  inputs = objective_fn(batch, state.step)
 
   def loss_fn(params):
-    logits = state.apply_fn({'params': params}, batch['source'], batch['decoder_input'], deterministic=False,
-                            rngs={'dropout': dropout_rng})
-    sums = cross_entropy(logits, batch['target'], label_smoothing)
+    logits = state.apply_fn({'params': params}, inputs.source, inputs.decoder_input, inputs.positions,
+                            inputs.self_mask, deterministic=False, rngs={'dropout': dropout_rng})
+    sums = cross_entropy(logits, inputs.target, label_smoothing, inputs.weights)
     return sums['loss'] / jnp.maximum(sums['tokens'], 1.0), sums
 
   grads, sums = jax.grad(loss_fn, has_aux=True)(state.params)
@@ -111,9 +115,10 @@ def train_step(state: TrainState, batch, label_smoothing: float):
   return new_state, sums
 
 
-def eval_step(params, batch, apply_fn):
-  logits = apply_fn({'params': params}, batch['source'], batch['decoder_input'])
-  return cross_entropy(logits, batch['target'], 0.0)
+def eval_step(params, batch, step, apply_fn, objective_fn=objectives.get('at')):
+  inputs = objective_fn(batch, step)
+  logits = apply_fn({'params': params}, inputs.source, inputs.decoder_input, inputs.positions, inputs.self_mask)
+  return cross_entropy(logits, inputs.target, 0.0, inputs.weights)
 
 
 def check_or_save_model_config(workdir: str, model_config: ModelConfig):
@@ -125,61 +130,12 @@ def check_or_save_model_config(workdir: str, model_config: ModelConfig):
     if saved != model_config:
       diff = {k: (v, getattr(model_config, k)) for k, v in saved.__dict__.items()
               if getattr(model_config, k) != v}
-      raise ValueError(f'{workdir} holds a checkpoint of another model config; differing fields '
+      raise FastmtError(f'{workdir} holds a checkpoint of another model config; differing fields '
                        f'(saved, requested): {diff}. Use a new --workdir or the saved config.')
   elif jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
     with open(path, 'w') as f:
       f.write(model_config.to_json())
-
-
-def load_model_config(workdir: str) -> ModelConfig:
-  path = os.path.join(workdir, MODEL_CONFIG_FILE)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f'No {MODEL_CONFIG_FILE} in {workdir!r}: not a train.py work directory')
-  with open(path) as f:
-    return ModelConfig.from_json(f.read())
-
-
-def checkpoint_manager(workdir: str, config=None, best: bool = False) -> ocp.CheckpointManager:
-  """The keep-last-N manager that resuming uses, or (best=True) the keep-the-best-validation-BLEU one.
-
-  Two managers, because one manager that keeps the N best could delete the latest step a resume needs.
-  """
-  if best:
-    options = ocp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda m: m['valid_bleu'], best_mode='max',
-                                           create=True)
-    return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, BEST_CHECKPOINT_DIR)), options=options)
-  options = ocp.CheckpointManagerOptions(
-      max_to_keep=config.max_checkpoints_to_keep if config else None, create=True)
-  return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)), options=options)
-
-
-def restore_params(workdir: str, model_config: ModelConfig, step: int | None = None, best: bool = False):
-  """Parameters of the latest (or given, or best-validation) checkpoint of a workdir, checked against its config."""
-  manager = checkpoint_manager(workdir, best=best)
-  step = manager.latest_step() if step is None else step
-  if step is None:
-    raise FileNotFoundError(f'No checkpoint under {os.path.join(workdir, CHECKPOINT_DIR)}')
-  abstract = jax.eval_shape(lambda: models.Transformer(model_config).init(
-      jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32))['params'])
-  restored = manager.restore(step, args=ocp.args.StandardRestore())  # raw tree: checked below
-  params = restored['params']
-  expected = jax.tree_util.tree_map(lambda x: x.shape, abstract)
-  found = jax.tree_util.tree_map(lambda x: tuple(x.shape), params)
-  if jax.tree_util.tree_structure(expected) != jax.tree_util.tree_structure(found) or expected != found:
-    raise ValueError(f'Checkpoint step {step} in {workdir} does not match its model config (another model?)')
-  return params, step
-
-
-def load_train_config(workdir: str):
-  """The ml_collections config a workdir was trained with."""
-  import ml_collections  # pylint: disable=g-import-not-at-top
-  path = os.path.join(workdir, TRAIN_CONFIG_FILE)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f'No {TRAIN_CONFIG_FILE} in {workdir!r}: not a train.py work directory')
-  with open(path) as f:
-    return ml_collections.ConfigDict(json.loads(f.read()))
 
 
 def validation_bleu(params, model_config, tokenizer, validation, num_sentences: int):
@@ -204,22 +160,25 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   replicated = NamedSharding(mesh, P())
   data = pipeline.load_training_data(config, workdir, batch_multiple=jax.device_count())
   model_config = ModelConfig.from_config(config.model, data.tokenizer.vocab_size)
+  objective_name = config.get('objective', workdir_lib.DEFAULT_OBJECTIVE)
+  objective_fn = objectives.get(objective_name)  # an unknown name fails here, before any work
   check_or_save_model_config(workdir, model_config)
+  workdir_lib.save_objective(workdir, objective_name)
   if jax.process_index() == 0:
     with open(os.path.join(workdir, TRAIN_CONFIG_FILE), 'w') as f:
       f.write(config.to_json(indent=2))
 
   state = jax.device_put(initial_state(model_config, config), replicated)
-  manager = checkpoint_manager(workdir, config)
-  best_manager = checkpoint_manager(workdir, best=True) if config.get('keep_best_checkpoint') else None
+  manager = workdir_lib.checkpoint_manager(workdir, config.max_checkpoints_to_keep)
+  best_manager = workdir_lib.checkpoint_manager(workdir, best=True) if config.get('keep_best_checkpoint') else None
   if manager.latest_step() is not None:
     state = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
-    tqdm.tqdm.write(f'Resumed from step {int(state.step)} of {workdir}')
+    print(f'Resumed from step {int(state.step)} of {workdir}', file=sys.stderr)
   start_step = int(state.step)
 
-  jit_train_step = jax.jit(functools.partial(train_step, label_smoothing=config.label_smoothing),
-                           donate_argnums=(0,))
-  jit_eval_step = jax.jit(functools.partial(eval_step, apply_fn=state.apply_fn))
+  jit_train_step = jax.jit(functools.partial(train_step, label_smoothing=config.label_smoothing,
+                                             objective_fn=objective_fn), donate_argnums=(0,))
+  jit_eval_step = jax.jit(functools.partial(eval_step, apply_fn=state.apply_fn, objective_fn=objective_fn))
   rows_per_process = lambda x: x[jax.process_index()::jax.process_count()]
 
   def to_device(batch):
@@ -228,8 +187,8 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
             for k, v in arrays.items()}
 
   writer = _metric_writer(workdir)
-  progress = tqdm.tqdm(total=config.num_train_steps, initial=start_step, unit='step', dynamic_ncols=True,
-                       disable=jax.process_index() != 0)
+  progress = progress_lib.progress(total=config.num_train_steps, initial=start_step, unit='step', desc='train',
+                                  disable=jax.process_index() != 0)
   window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'steps': 0, 'start': time.perf_counter()}
   for step in range(start_step, config.num_train_steps):
     batch = data.train_batches.batch(step)
@@ -253,7 +212,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
       _append_history(workdir, {'step': done, **metrics})
       window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'steps': 0, 'start': time.perf_counter()}
     if done % config.eval_every_steps == 0 or done == config.num_train_steps:
-      val = _validation_metrics(state.params, jit_eval_step, data, to_device, model_config, config)
+      val = _validation_metrics(state.params, state.step, jit_eval_step, data, to_device, model_config, config)
       progress.write(f'step {done}: ' + ', '.join(f'{k} {v:.3f}' for k, v in val.items()))
       _write(writer, done, val)
       _append_history(workdir, {'step': done, **val})
@@ -269,10 +228,10 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   return state
 
 
-def _validation_metrics(params, jit_eval_step, data, to_device, model_config, config):
+def _validation_metrics(params, step, jit_eval_step, data, to_device, model_config, config):
   totals = {'nll': 0.0, 'tokens': 0.0, 'correct': 0.0}
   for batch in data.validation_batches:
-    sums = jit_eval_step(params, to_device(batch))
+    sums = jit_eval_step(params, to_device(batch), step)
     for k in totals:
       totals[k] += float(sums[k])
   metrics = {'valid_nll': totals['nll'] / totals['tokens'], 'valid_accuracy': totals['correct'] / totals['tokens']}

@@ -2,26 +2,41 @@
 
 This is where the model meets the model-agnostic decoders: `make_step_fn` closes a `DecoderStepFn` over the
 parameters and the encoded source, and `Translator` batches sentences by length into a few static shapes,
-runs one jitted function per shape, and puts every output back in its input position.
+runs one compiled function per shape, and puts every output back in its input position.
+
+A sentence's translation depends on that sentence alone: its output cap comes from its own source length,
+and the rows that only pad a batch to its static shape are marked done before the first step, so they never
+keep a decoding loop running. A short input uses a small batch (the next power of two), and a batch is split
+over every local device (a data-parallel Mesh), so the same code runs on one CPU, 8 TPU cores or a pod.
+
+Inputs stream: `translate_iter` reads a chunk of lines at a time, sorts the chunk by length into batches and
+yields translations in input order as soon as they are ready, so memory stays bounded on a file of any size.
 
 Bad input is never dropped: an empty line translates to an empty line (no decoding), a line longer than the
-model's maximum is truncated (counted, with a warning), and a row that hits the output cap is counted.
+model's maximum is truncated (counted, with a warning naming the input line), and a row that hits the output
+cap is counted.
 """
 
 import dataclasses
 import functools
+import itertools
 import logging
 import math
+import time
+from typing import Iterable, Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from fastmt import models, projection
 from fastmt.config import ModelConfig
 from fastmt.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from fastmt.decoding import registry
 from fastmt.decoding.greedy import DecodeOutput
+from fastmt.errors import FastmtError
 
 SOURCE_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
@@ -33,7 +48,7 @@ class DecodeSettings:
   alpha: float = 0.6  # beam search length penalty
   block_size: int = 3  # Jacobi PGJ/HGJ block size b
   parallel_length: int = 0  # HGJ parallel length l; 0 = the output cap
-  output_length_ratio: float = 2.0  # output cap = min(model max_length, ratio * source bucket + 8)
+  output_length_ratio: float = 2.0  # a sentence's output cap = min(max_length, ceil(ratio * source tokens) + 8)
   jacobi_init: str = 'pad'  # Jacobi guesses for new positions: 'pad' (the paper's) or 'bigram' (a draft table)
 
   def __post_init__(self):
@@ -49,6 +64,9 @@ class TranslationStats:
   decoder_calls: int = 0  # sum over sentences of the decoder calls that sentence needed
   loop_iterations: int = 0  # sum over batches of while-loop iterations
   output_tokens: int = 0
+  batches: int = 0
+  padding_rows: int = 0  # rows that only pad a batch to its static shape (done from the start)
+  compile_seconds: float = 0.0  # time spent compiling new (batch rows, source bucket) shapes
 
 
 def make_step_fn(model: models.Transformer, params, memory, clusters=None):
@@ -67,19 +85,21 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None):
 
 
 def output_cap(config: ModelConfig, source_length: int, settings: DecodeSettings) -> int:
+  """Output tokens (EOS included) allowed for a source of source_length tokens (EOS included)."""
   return min(config.max_length, int(math.ceil(settings.output_length_ratio * source_length)) + 8)
 
 
-def decode_source_batch(params, source, clusters=None, draft_table=None, *, config: ModelConfig,
+def decode_source_batch(params, source, row_caps, clusters=None, draft_table=None, *, config: ModelConfig,
                         settings: DecodeSettings) -> DecodeOutput:
   """Encodes source [B, S] and decodes it with settings.algorithm. Jit with config/settings static.
 
+  row_caps: int32 [B], each row's output cap (output_cap of its own source length; 0 = a padding row).
   clusters: optional projection.Clusters (the clustered output projection); None = dense.
   draft_table: int32 [V] next-token guesses for settings.jacobi_init='bigram' (decoding/drafts.py).
   """
   model = models.Transformer(config)
   batch = source.shape[0]
-  max_len = output_cap(config, source.shape[1], settings)
+  max_len = output_cap(config, source.shape[1], settings)  # static: the bound of every row in the bucket
   encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
   memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
   algorithm = registry.get(settings.algorithm)
@@ -87,78 +107,174 @@ def decode_source_batch(params, source, clusters=None, draft_table=None, *, conf
   memory = algorithm.expand(memory, settings)
   cache = models.init_cache(config, rows, algorithm.cache_length(max_len, settings))
   return algorithm.run(make_step_fn(model, params, memory, clusters), cache, batch, max_len, settings,
-                       draft_table)
+                       draft_table, row_caps)
+
+
+def batch_rows(sentences: int, batch_size: int, devices: int = 1) -> int:
+  """Rows of the static batch for `sentences` sentences: the next power of two, at most batch_size, a
+  multiple of the device count. A lone sentence decodes at batch 1 instead of in a batch of padding."""
+  rows = 1
+  while rows < sentences:
+    rows *= 2
+  rows = max(sentences, min(rows, batch_size))
+  return -(-rows // devices) * devices
+
+
+def local_mesh() -> jax.sharding.Mesh:
+  """A one-axis ('data') Mesh of every local device: decoding is data parallel, the model replicated."""
+  return jax.make_mesh((jax.local_device_count(),), ('data',), axis_types=(jax.sharding.AxisType.Auto,),
+                       devices=jax.local_devices())
 
 
 class Translator:
-  """Translates lists of strings; one compiled function per (batch size, source bucket)."""
+  """Translates lists or streams of strings; one compiled function per (batch rows, source bucket).
+
+  objective: the training objective of the model (fastmt.workdir.load_objective); an algorithm that cannot
+    decode it is an error here, before any work.
+  mesh: where batches run; default every local device (data parallel).
+  """
 
   def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings(),
-               clusters=None, draft_table=None):
+               clusters=None, draft_table=None, objective: str = 'at', mesh=None):
     if tokenizer.vocab_size != config.vocab_size:
-      raise ValueError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
+      raise FastmtError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
     if clusters is not None and clusters.vocab_size != config.vocab_size:
-      raise ValueError(f'clusters were built for a {clusters.vocab_size}-token vocabulary, the model has '
-                       f'{config.vocab_size}')
-    self.config, self.params, self.tokenizer, self.settings = config, params, tokenizer, settings
+      raise FastmtError(f'clusters were built for a {clusters.vocab_size}-token vocabulary, the model has '
+                        f'{config.vocab_size}')
+    registry.check_objective(settings.algorithm, objective)
+    self.config, self.tokenizer, self.settings, self.objective = config, tokenizer, settings, objective
     if settings.jacobi_init == 'bigram' and draft_table is None:
-      raise ValueError("jacobi_init='bigram' needs a draft table (decode_lib.load_draft_table(workdir))")
+      raise FastmtError("jacobi_init='bigram' needs a draft table (decode_lib.load_draft_table(workdir))")
     if draft_table is not None and np.shape(draft_table) != (config.vocab_size,):
-      raise ValueError(f'draft table has shape {np.shape(draft_table)}, the model a {config.vocab_size} vocabulary')
-    self.clusters = clusters
-    self.draft_table = None if draft_table is None else jnp.asarray(draft_table, jnp.int32)
+      raise FastmtError(f'draft table has shape {np.shape(draft_table)}, the model a {config.vocab_size} '
+                        'vocabulary')
+    self.mesh = mesh or local_mesh()
+    self._rows_sharding = NamedSharding(self.mesh, P('data'))
+    replicated = NamedSharding(self.mesh, P())
+    self.params = jax.device_put(params, replicated)
+    self.clusters = None if clusters is None else jax.device_put(clusters, replicated)
+    self.draft_table = None if draft_table is None else jax.device_put(jnp.asarray(draft_table, jnp.int32),
+                                                                       replicated)
     self._decode = jax.jit(functools.partial(decode_source_batch, config=config, settings=settings))
+    self._compiled = {}  # (rows, bucket) -> compiled executable
     self.buckets = tuple(b for b in SOURCE_BUCKETS if b < config.max_length) + (config.max_length,)
 
-  def encode_sources(self, texts, stats: TranslationStats):
-    """Token ids with EOS, truncated to the model's maximum (counted)."""
+  def encode_sources(self, texts, stats: TranslationStats, line_numbers=None):
+    """Token ids with EOS, truncated to the model's maximum (counted; the warning names the input line,
+    blank lines counted, from line_numbers when given)."""
     ids = []
     for i, row in enumerate(self.tokenizer.encode(texts)):
       if len(row) + 1 > self.config.max_length:
         stats.truncated_inputs += 1
-        logging.warning('Input line %d has %d tokens; truncated to the model maximum %d', i + 1,
-                        len(row) + 1, self.config.max_length)
+        line = line_numbers[i] if line_numbers is not None else i + 1
+        logging.warning('Input line %d has %d tokens; truncated to the model maximum %d', line, len(row) + 1,
+                        self.config.max_length)
         row = row[:self.config.max_length - 1]
       ids.append(np.append(row, EOS_ID).astype(np.int32))
     return ids
 
+  def row_cap(self, source_length: int) -> int:
+    return output_cap(self.config, source_length, self.settings)
+
   def batches(self, source_ids, batch_size: int):
-    """Yields (input indices, padded source [batch_size, bucket]); sentences sorted by length."""
+    """Yields (input indices, padded source [rows, bucket], row caps [rows]); sentences sorted by length.
+
+    rows = batch_rows(len(indices)): a short input makes a small batch; padding rows have cap 0.
+    """
+    if batch_size < 1:
+      raise FastmtError(f'batch_size must be >= 1, got {batch_size}')
     order = sorted(range(len(source_ids)), key=lambda i: len(source_ids[i]))
     for start in range(0, len(order), batch_size):
       indices = order[start:start + batch_size]
       bucket = next(b for b in self.buckets if b >= max(len(source_ids[i]) for i in indices))
-      source = np.full((batch_size, bucket), PAD_ID, np.int32)  # fixed batch: one compile per bucket
+      rows = batch_rows(len(indices), batch_size, self.mesh.size)
+      source = np.full((rows, bucket), PAD_ID, np.int32)
+      caps = np.zeros((rows,), np.int32)
       for row, i in enumerate(indices):
         source[row, :len(source_ids[i])] = source_ids[i]
-      yield indices, source
+        caps[row] = self.row_cap(len(source_ids[i]))
+      yield indices, source, caps
 
-  def decode_batch(self, source: np.ndarray) -> DecodeOutput:
-    return jax.block_until_ready(self._decode(self.params, jnp.asarray(source), self.clusters, self.draft_table))
+  def _executable(self, rows: int, bucket: int, stats: TranslationStats | None):
+    """The compiled decoder of one (rows, bucket) shape, compiled ahead of time so its cost is counted."""
+    key = (rows, bucket)
+    if key not in self._compiled:
+      start = time.perf_counter()
+      spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self._rows_sharding)
+      self._compiled[key] = self._decode.lower(self.params, spec((rows, bucket)), spec((rows,)), self.clusters,
+                                               self.draft_table).compile()
+      if stats is not None:
+        stats.compile_seconds += time.perf_counter() - start
+    return self._compiled[key]
 
-  def translate_ids(self, texts: list[str], batch_size: int = 32):
-    """Output token ids per input (up to EOS, without it; empty for empty inputs), with statistics."""
-    stats = TranslationStats(sentences=len(texts))
-    outputs = [np.zeros((0,), np.int32)] * len(texts)
+  def decode_batch(self, source: np.ndarray, row_caps=None, stats: TranslationStats | None = None) -> DecodeOutput:
+    """Decodes one padded batch (row_caps default: each row's cap from its own non-PAD length)."""
+    source = np.asarray(source, np.int32)
+    if row_caps is None:
+      lengths = (source != PAD_ID).sum(1)
+      row_caps = np.array([self.row_cap(n) if n else 0 for n in lengths], np.int32)
+    executable = self._executable(*source.shape, stats)
+    put = lambda x: jax.device_put(np.asarray(x, np.int32), self._rows_sharding)
+    return jax.block_until_ready(executable(self.params, put(source), put(row_caps), self.clusters,
+                                            self.draft_table))
+
+  def _decode_chunk(self, texts, batch_size: int, stats: TranslationStats, first_line: int) -> Iterator[dict]:
+    """Decodes a chunk of lines; after every batch yields {index in chunk: output ids} of what finished."""
     nonempty = [i for i, t in enumerate(texts) if t.strip()]
-    stats.empty_inputs = len(texts) - len(nonempty)
-    source_ids = self.encode_sources([texts[i] for i in nonempty], stats)
-    for indices, source in self.batches(source_ids, batch_size):
-      result = self.decode_batch(source)
-      tokens = np.asarray(result.tokens)[:len(indices)]
-      calls = np.asarray(result.decoder_calls)[:len(indices)]
-      stats.decoder_calls += int(calls.sum())
+    stats.sentences += len(texts)
+    stats.empty_inputs += len(texts) - len(nonempty)
+    empty = {i: np.zeros((0,), np.int32) for i, t in enumerate(texts) if not t.strip()}
+    if empty:
+      yield empty
+    source_ids = self.encode_sources([texts[i] for i in nonempty], stats, [first_line + i for i in nonempty])
+    for indices, source, caps in self.batches(source_ids, batch_size):
+      result = self.decode_batch(source, caps, stats)
+      real = len(indices)
+      tokens = np.asarray(result.tokens)[:real]
+      stats.batches += 1
+      stats.padding_rows += source.shape[0] - real
+      stats.decoder_calls += int(np.asarray(result.decoder_calls)[:real].sum())
       stats.loop_iterations += int(result.loop_iterations)
       stats.outputs_at_cap += int((~(tokens == EOS_ID).any(-1)).sum())
       stats.output_tokens += int(((tokens != PAD_ID) & (tokens != EOS_ID)).sum())
+      finished = {}
       for i, row in zip(indices, tokens):
         eos = np.flatnonzero(row == EOS_ID)
-        outputs[nonempty[i]] = row[:eos[0]] if len(eos) else row
+        finished[nonempty[i]] = row[:eos[0]] if len(eos) else row[row != PAD_ID]
+      yield finished
+
+  def iter_ids(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
+               chunk_sentences: int = 4096) -> Iterator[np.ndarray]:
+    """Output ids per input line (without EOS; empty for a blank line), in input order, as they finish.
+
+    Reads chunk_sentences lines at a time: memory holds one chunk's tensors, whatever the input's size.
+    """
+    stats = TranslationStats() if stats is None else stats
+    lines = iter(texts)
+    first_line = 1
+    while chunk := list(itertools.islice(lines, chunk_sentences)):
+      ready, next_index = {}, 0
+      for finished in self._decode_chunk(chunk, batch_size, stats, first_line):
+        ready.update(finished)
+        while next_index in ready:
+          yield ready.pop(next_index)
+          next_index += 1
+      first_line += len(chunk)
     if stats.outputs_at_cap:
       logging.warning('%d outputs reached the output cap without EOS', stats.outputs_at_cap)
-    return outputs, stats, source_ids, nonempty
+
+  def translate_iter(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
+                     chunk_sentences: int = 4096) -> Iterator[str]:
+    """Translations in input order, streamed (see iter_ids); a blank line gives an empty line."""
+    for ids in self.iter_ids(texts, batch_size, stats, chunk_sentences):
+      yield self.tokenizer.decode([ids])[0]
+
+  def translate_ids(self, texts: list[str], batch_size: int = 32):
+    """(output ids per input, statistics): the ids up to EOS, without it; empty for empty inputs."""
+    stats = TranslationStats()
+    return list(self.iter_ids(texts, batch_size, stats, chunk_sentences=max(1, len(texts)))), stats
 
   def translate(self, texts: list[str], batch_size: int = 32) -> tuple[list[str], TranslationStats]:
     """Translations in input order; an empty (or blank) line gives an empty line without decoding."""
-    ids, stats, _, _ = self.translate_ids(texts, batch_size)
+    ids, stats = self.translate_ids(texts, batch_size)
     return self.tokenizer.decode(ids), stats

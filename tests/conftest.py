@@ -83,7 +83,7 @@ def model_step(model, params, source, eos_after=None):
 
 @pytest.fixture(scope='session')
 def tiny_config():
-  from configs import tiny  # pylint: disable=g-import-not-at-top
+  from fastmt.configs import tiny  # pylint: disable=g-import-not-at-top
   config = tiny.get_config()
   config.dataset.name = 'text'
   config.dataset.train_files = (str(DATA / 'genesis.en'), str(DATA / 'genesis.de'))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import DATA
-from fastmt import checkpoint_average, decode_lib, distill, precision, train_lib
+from fastmt import checkpoint_average, decode_lib, distill, precision, workdir as workdir_lib
 from fastmt.data import batching, corpus, pipeline
 from fastmt.translate import DecodeSettings
 
@@ -23,15 +23,15 @@ def test_average_trees_is_the_elementwise_mean():
 
 
 def test_averaged_workdir_holds_the_mean_of_the_last_checkpoints_and_decodes(trained_workdir, tmp_path):
-  model_config = train_lib.load_model_config(trained_workdir)
+  model_config = workdir_lib.load_model_config(trained_workdir)
   steps = checkpoint_average.last_steps(trained_workdir, 2)
   params, averaged_steps = checkpoint_average.average_last_checkpoints(trained_workdir, 2)
   assert averaged_steps == steps
   output = str(tmp_path / 'avg')
   checkpoint_average.write_averaged_workdir(trained_workdir, output, params, steps)
-  restored, step = train_lib.restore_params(output, model_config)
+  restored, step = workdir_lib.restore_params(output, model_config)
   assert step == steps[-1]
-  first, second = (train_lib.restore_params(trained_workdir, model_config, step=s)[0] for s in steps)
+  first, second = (workdir_lib.restore_params(trained_workdir, model_config, checkpoint=s)[0] for s in steps)
   jax.tree_util.tree_map(lambda r, a, b: np.testing.assert_allclose(r, (a + b) / 2, rtol=1e-6), restored, first,
                          second)
   translator = decode_lib.load_translator(output, DecodeSettings('greedy'))
@@ -45,8 +45,8 @@ def test_averaging_more_checkpoints_than_kept_is_one_clear_error(trained_workdir
 
 
 def test_bfloat16_inference_casts_matrices_only_and_keeps_float32_logits(trained_workdir):
-  model_config = train_lib.load_model_config(trained_workdir)
-  params, _ = train_lib.restore_params(trained_workdir, model_config)
+  model_config = workdir_lib.load_model_config(trained_workdir)
+  params, _ = workdir_lib.restore_params(trained_workdir, model_config)
   half_config, half = precision.for_inference(model_config, params, 'bfloat16')
   assert half_config.dtype == 'bfloat16'
   for leaf in jax.tree_util.tree_leaves(half):
@@ -132,8 +132,8 @@ def test_a_student_with_another_vocabulary_is_refused_before_decoding(trained_wo
                                                                      monkeypatch):
   student = tmp_path / 'student'
   student.mkdir()
-  (student / pipeline.TOKENIZER_FILE).write_bytes(b'another vocabulary')
-  monkeypatch.setattr(train_lib, 'restore_params', lambda *a, **k: pytest.fail('decoded before checking'))
+  (student / workdir_lib.TOKENIZER_FILE).write_bytes(b'another vocabulary')
+  monkeypatch.setattr(workdir_lib, 'restore_params', lambda *a, **k: pytest.fail('decoded before checking'))
   with pytest.raises(ValueError, match='another vocabulary'):
     distill.distill(trained_workdir, sources, str(tmp_path / 'kd'), student_workdir=str(student))
 
@@ -148,10 +148,10 @@ def test_training_on_distilled_data_uses_the_teachers_vocabulary(trained_workdir
   config.dataset.p_raw = 0.5
   student = str(tmp_path / 'student')
   data = pipeline.load_training_data(config, student)
-  assert open(os.path.join(student, pipeline.TOKENIZER_FILE), 'rb').read() == open(
-      os.path.join(trained_workdir, pipeline.TOKENIZER_FILE), 'rb').read()
+  assert open(os.path.join(student, workdir_lib.TOKENIZER_FILE), 'rb').read() == open(
+      os.path.join(trained_workdir, workdir_lib.TOKENIZER_FILE), 'rb').read()
   assert data.train_batches.distilled_ids is not None and data.train_batches.p_raw == 0.5
-  shutil.copyfile(os.path.join(DATA, 'genesis.en'), os.path.join(student, pipeline.TOKENIZER_FILE))
+  shutil.copyfile(os.path.join(DATA, 'genesis.en'), os.path.join(student, workdir_lib.TOKENIZER_FILE))
   with pytest.raises(ValueError, match='another vocabulary'):
     pipeline.load_training_data(config, student)
 
@@ -175,9 +175,9 @@ def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(train
 
   other = str(tmp_path / 'other_data')
   shutil.copytree(trained_workdir, other)
-  config = train_lib.load_train_config(other)
+  config = workdir_lib.load_train_config(other)
   config.dataset.name = 'bible/en_fr'
-  with open(os.path.join(other, train_lib.TRAIN_CONFIG_FILE), 'w') as f:
+  with open(os.path.join(other, workdir_lib.TRAIN_CONFIG_FILE), 'w') as f:
     f.write(config.to_json())
   with pytest.raises(ValueError, match='another dataset'):
     bench.build_comparison(trained_workdir, [other], ['greedy'])

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import DATA
-from fastmt import clusters_lib, projection, train_lib
-from fastmt.data import pipeline
+from fastmt import clusters_lib, projection, workdir as workdir_lib
 from fastmt.data.tokenizer import EOS_ID
 from fastmt.layers import NEG_INF
 from fastmt.translate import DecodeSettings, Translator
@@ -77,9 +76,9 @@ def test_kmeans_recovers_separated_clusters():
 def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path):
   """Build clusters offline for the tiny model, save, load; with every token active, output == dense."""
   sources = open(DATA / 'genesis.en', encoding='utf-8').read().splitlines()[:20]
-  model_config = train_lib.load_model_config(trained_workdir)
-  params, _ = train_lib.restore_params(trained_workdir, model_config)
-  tokenizer = pipeline.load_tokenizer(trained_workdir)
+  model_config = workdir_lib.load_model_config(trained_workdir)
+  params, _ = workdir_lib.restore_params(trained_workdir, model_config)
+  tokenizer = workdir_lib.load_tokenizer(trained_workdir)
   dense = Translator(model_config, params, tokenizer)
   hidden, top = clusters_lib.record_states(dense, sources, top_k=2)
   assert hidden.shape[0] == top.shape[0] > len(sources) and top.shape[1] == 2

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from fastmt import train_lib
+from fastmt import train_lib, workdir as workdir_lib
 from fastmt.data import batching
 
 
@@ -31,8 +31,8 @@ def test_training_lowers_the_loss_and_reports_validation(trained_workdir):
 
 def test_the_best_validation_checkpoint_is_kept(trained_workdir):
   scores = {h['step']: h['valid_bleu'] for h in _history(trained_workdir) if 'valid_bleu' in h}
-  model_config = train_lib.load_model_config(trained_workdir)
-  _, step = train_lib.restore_params(trained_workdir, model_config, best=True)
+  model_config = workdir_lib.load_model_config(trained_workdir)
+  _, step = workdir_lib.restore_params(trained_workdir, model_config, checkpoint="best")
   assert scores[step] == max(scores.values())  # ties may keep either step
 
 
@@ -43,8 +43,8 @@ def test_two_runs_with_one_seed_give_identical_losses(trained_workdir, tiny_conf
 
 def test_save_restore_gives_identical_parameters(trained_workdir, tiny_config, tmp_path):
   state = train_lib.train_and_evaluate(tiny_config, str(tmp_path))  # resumes at the end: no new steps
-  model_config = train_lib.load_model_config(trained_workdir)
-  params, step = train_lib.restore_params(trained_workdir, model_config)
+  model_config = workdir_lib.load_model_config(trained_workdir)
+  params, step = workdir_lib.restore_params(trained_workdir, model_config)
   assert step == tiny_config.num_train_steps
   jax.tree_util.tree_map(np.testing.assert_array_equal, params, state.params)
 
@@ -67,8 +67,8 @@ def test_a_crashed_run_resumes_to_the_same_parameters(trained_workdir, tiny_conf
     train_lib.train_and_evaluate(tiny_config, str(tmp_path))
   monkeypatch.setattr(batching.TrainBatches, 'batch', original)
   resumed = train_lib.train_and_evaluate(tiny_config, str(tmp_path))
-  model_config = train_lib.load_model_config(trained_workdir)
-  reference, _ = train_lib.restore_params(trained_workdir, model_config)
+  model_config = workdir_lib.load_model_config(trained_workdir)
+  reference, _ = workdir_lib.restore_params(trained_workdir, model_config)
   jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.params, reference)
 
 
@@ -80,11 +80,11 @@ def test_a_workdir_of_another_config_is_one_clear_error(trained_workdir, tiny_co
 
 
 def test_restoring_into_another_model_is_one_clear_error(trained_workdir):
-  model_config = train_lib.load_model_config(trained_workdir)
+  model_config = workdir_lib.load_model_config(trained_workdir)
   with pytest.raises(ValueError, match='does not match its model config'):
-    train_lib.restore_params(trained_workdir, model_config.replace(mlp_dim=128))
+    workdir_lib.restore_params(trained_workdir, model_config.replace(mlp_dim=128))
 
 
 def test_a_missing_checkpoint_is_one_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match='not a train.py work directory'):
-    train_lib.load_model_config(str(tmp_path))
+    workdir_lib.load_model_config(str(tmp_path))

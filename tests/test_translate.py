@@ -13,16 +13,15 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from fastmt import train_lib, translate
-from fastmt.data import pipeline
+from fastmt import translate, workdir as workdir_lib
 from fastmt.translate import DecodeSettings, Translator
 
 
 @pytest.fixture(scope='module')
 def model_parts(trained_workdir):
-  config = train_lib.load_model_config(trained_workdir)
-  params, _ = train_lib.restore_params(trained_workdir, config)
-  return config, params, pipeline.load_tokenizer(trained_workdir)
+  config = workdir_lib.load_model_config(trained_workdir)
+  params, _ = workdir_lib.restore_params(trained_workdir, config)
+  return config, params, workdir_lib.load_tokenizer(trained_workdir)
 
 
 SOURCES = ['And God said, Let there be light.', '', 'And the evening and the morning were the first day.',
@@ -128,10 +127,10 @@ def test_an_independent_hand_written_greedy_gives_the_same_tokens(model_parts):
   decode = jax.jit(reference.reference_greedy, static_argnums=(2, 3))
   output_tokens = 0
   for ids in translator.encode_sources(lines, translate.TranslationStats()):
-    _, source = next(translator.batches([ids], 1))
+    _, source, _ = next(translator.batches([ids], 1))
     cap = translate.output_cap(config, source.shape[1], translator.settings)
     tokens, _ = decode(params, source, cap, config.num_heads)
-    expected = np.asarray(translator.decode_batch(source).tokens)
+    expected = np.asarray(translator.decode_batch(source, [cap]).tokens)
     np.testing.assert_array_equal(np.asarray(tokens), expected)
     output_tokens += int((expected != 0).sum())
   assert output_tokens > 2 * len(lines)  # real translations, not rows that stop at once

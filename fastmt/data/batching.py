@@ -12,6 +12,7 @@ import logging
 import numpy as np
 
 from fastmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from fastmt.errors import FastmtError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +87,7 @@ class TrainBatches:
   def __init__(self, source_ids, target_ids, bucket_lengths, tokens_per_batch: int, seed: int,
                batch_multiple: int = 1, distilled_ids=None, p_raw: float = 0.0):
     if not 0.0 <= p_raw <= 1.0:
-      raise ValueError(f'p_raw must be in [0, 1], got {p_raw}')
+      raise FastmtError(f'p_raw must be in [0, 1], got {p_raw}')
     self.source_ids = source_ids
     self.target_ids = target_ids
     self.distilled_ids = distilled_ids

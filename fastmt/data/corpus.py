@@ -21,6 +21,7 @@ import os
 import tensorflow_datasets as tfds
 
 from fastmt.data import bible
+from fastmt.errors import FastmtError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,9 +32,9 @@ class ParallelText:
 
   def __post_init__(self):
     if len(self.sources) != len(self.targets):
-      raise ValueError(f'{len(self.sources)} source lines but {len(self.targets)} target lines')
+      raise FastmtError(f'{len(self.sources)} source lines but {len(self.targets)} target lines')
     if self.directions is not None and len(self.directions) != len(self.sources):
-      raise ValueError(f'{len(self.sources)} lines but {len(self.directions)} directions')
+      raise FastmtError(f'{len(self.sources)} lines but {len(self.directions)} directions')
 
   def __len__(self):
     return len(self.sources)
@@ -41,10 +42,10 @@ class ParallelText:
   def select(self, direction: str) -> 'ParallelText':
     """The lines of one direction (all of them for a one-direction dataset named by it)."""
     if self.directions is None:
-      raise ValueError(f'this dataset has one direction; --direction {direction!r} selects nothing')
+      raise FastmtError(f'this dataset has one direction; --direction {direction!r} selects nothing')
     keep = [i for i, d in enumerate(self.directions) if d == direction]
     if not keep:
-      raise ValueError(f'no {direction!r} lines; the dataset has {sorted(set(self.directions))}')
+      raise FastmtError(f'no {direction!r} lines; the dataset has {sorted(set(self.directions))}')
     return ParallelText([self.sources[i] for i in keep], [self.targets[i] for i in keep], [direction] * len(keep))
 
 
@@ -92,7 +93,7 @@ def decode_lines(data: bytes, name: str, errors: str = 'strict') -> list[str]:
     try:
       lines.append(raw.decode('utf-8', errors=errors).rstrip('\r'))
     except UnicodeDecodeError as e:
-      raise ValueError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); '
+      raise FastmtError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); '
                        'fix the file or pass --input_errors=replace') from None
   return lines
 
@@ -113,18 +114,18 @@ def load_split(dataset_config, split: str) -> ParallelText:
   if name == 'text':
     files = dataset_config.get(f'{split}_files')
     if not files:
-      raise ValueError(f"dataset.name='text' needs dataset.{split}_files = (source_path, target_path)")
+      raise FastmtError(f"dataset.name='text' needs dataset.{split}_files = (source_path, target_path)")
     return ParallelText(read_lines(files[0]), read_lines(files[1]))
   if name.startswith('tfds:'):
     builder = tfds.builder(name[len('tfds:'):], data_dir=_data_dir(dataset_config))
     keys = builder.info.supervised_keys
     if not keys:
-      raise ValueError(f'{name} has no supervised (source, target) keys; use dataset.name="text"')
+      raise FastmtError(f'{name} has no supervised (source, target) keys; use dataset.name="text"')
     source_key, target_key = keys
     if dataset_config.get('reverse', False):
       source_key, target_key = target_key, source_key
     return _load_tfds(builder, split, source_key, target_key)
-  raise ValueError(f"Unknown dataset.name {name!r}: expected 'bible/<pair>', 'text' or 'tfds:<builder>'")
+  raise FastmtError(f"Unknown dataset.name {name!r}: expected 'bible/<pair>', 'text' or 'tfds:<builder>'")
 
 
 def _data_dir(dataset_config):

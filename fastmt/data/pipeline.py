@@ -5,10 +5,10 @@ import logging
 import os
 import shutil
 
-from fastmt.data import batching, corpus
-from fastmt.data.tokenizer import Tokenizer, train_tokenizer
+from fastmt.data import batching, corpus, distilled
+from fastmt.data.tokenizer import RESERVED_SYMBOLS, Tokenizer, train_tokenizer
+from fastmt.workdir import TOKENIZER_FILE
 
-TOKENIZER_FILE = 'spm.model'
 
 
 @dataclasses.dataclass
@@ -20,13 +20,6 @@ class TrainingData:
   skipped: dict[str, int]  # training pairs skipped, by reason
 
 
-def load_tokenizer(workdir: str) -> Tokenizer:
-  path = os.path.join(workdir, TOKENIZER_FILE)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f'No tokenizer at {path}: is {workdir!r} the work directory of a train.py run?')
-  return Tokenizer(path)
-
-
 def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer:
   """Loads workdir/spm.model, or trains it on the training split's source and target text.
 
@@ -36,16 +29,15 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
   path = os.path.join(workdir, TOKENIZER_FILE)
   distilled_dir = config.dataset.get('distilled_dir')
   if distilled_dir:
-    from fastmt import distill  # pylint: disable=g-import-not-at-top
     teacher_spm = os.path.join(distilled_dir, TOKENIZER_FILE)
-    distill.check_same_vocabulary(teacher_spm, workdir)
+    distilled.check_same_vocabulary(teacher_spm, workdir)
     if not os.path.exists(path):
       os.makedirs(workdir, exist_ok=True)
       shutil.copyfile(teacher_spm, path)
   if os.path.exists(path):
     return Tokenizer(path)
   return train_tokenizer(train.sources + train.targets, path, config.vocab_size, seed=config.seed,
-                         user_symbols=tuple(corpus.language_tags(config.dataset)))
+                         user_symbols=RESERVED_SYMBOLS + tuple(corpus.language_tags(config.dataset)))
 
 
 def load_training_data(config, workdir: str, batch_multiple: int = 1) -> TrainingData:
@@ -55,13 +47,12 @@ def load_training_data(config, workdir: str, batch_multiple: int = 1) -> Trainin
   max_length = config.model.max_length
   distilled_ids = None
   if config.dataset.get('distilled_dir'):
-    from fastmt import distill  # pylint: disable=g-import-not-at-top
-    distilled_ids = tokenizer.encode(distill.load_distilled_targets(config.dataset.distilled_dir, train.sources))
-  src, tgt, distilled, skipped = batching.prepare_pairs(
+    distilled_ids = tokenizer.encode(distilled.load_distilled_targets(config.dataset.distilled_dir, train.sources))
+  src, tgt, kept_distilled, skipped = batching.prepare_pairs(
       tokenizer.encode(train.sources), tokenizer.encode(train.targets), max_length, distilled_ids)
   buckets = [b for b in config.bucket_lengths if b < max_length] + [max_length]
   train_batches = batching.TrainBatches(src, tgt, buckets, config.tokens_per_batch, config.seed,
-                                        batch_multiple, distilled, config.dataset.get('p_raw', 0.0))
+                                        batch_multiple, kept_distilled, config.dataset.get('p_raw', 0.0))
   val_src, val_tgt, _, _ = batching.prepare_pairs(tokenizer.encode(validation.sources),
                                                   tokenizer.encode(validation.targets), max_length)
   val_batches = batching.TrainBatches(val_src, val_tgt, buckets, config.tokens_per_batch, seed=0,

@@ -1,6 +1,14 @@
 """A joint SentencePiece model over source and target text, trained by the pipeline into the work directory.
 
 Special ids are fixed so that every other module can rely on them: PAD=0, EOS=1, BOS=2, UNK=3.
+
+New vocabularies also reserve the symbols that other training objectives and decoders feed the decoder
+(RESERVED_SYMBOLS, as SentencePiece user-defined symbols, so they are single pieces that no text produces by
+accident): `<mask>` for CMLM and HRT's Skip-CMLM, chunk-BOS `<bos_2>` ... `<bos_8>` for HRT's Skip-AT with
+chunk size k, and direction starts `<bos_dir_1>` ... `<bos_dir_7>` for the interleaved decoders' extra
+directions. An AT model trained today can therefore be fine-tuned into an HRT, CMLM or interleaved model
+without a new vocabulary. Vocabularies trained before the reservation still load; asking one for a symbol it
+lacks (`special_id`) is a clear error.
 """
 
 import io
@@ -11,7 +19,28 @@ import random
 import numpy as np
 import sentencepiece as spm
 
+from fastmt.errors import FastmtError
+
 PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
+MASK = '<mask>'
+MAX_CHUNK_SIZE = 8  # HRT chunk sizes k = 2 .. 8 get a start symbol of their own
+MAX_DIRECTIONS = 8  # interleaved decoders with up to 8 directions (direction 0 starts with BOS)
+RESERVED_SYMBOLS = ((MASK,) + tuple(f'<bos_{k}>' for k in range(2, MAX_CHUNK_SIZE + 1)) +
+                    tuple(f'<bos_dir_{d}>' for d in range(1, MAX_DIRECTIONS)))
+
+
+def chunk_bos(k: int) -> str:
+  """The start symbol of HRT's Skip-AT sequence for chunk size k (k = 1 is plain BOS)."""
+  if not 2 <= k <= MAX_CHUNK_SIZE:
+    raise FastmtError(f'chunk size must be in 2..{MAX_CHUNK_SIZE}, got {k}')
+  return f'<bos_{k}>'
+
+
+def direction_bos(d: int) -> str:
+  """The start symbol of an interleaved decoder's direction d >= 1 (direction 0 starts with BOS)."""
+  if not 1 <= d < MAX_DIRECTIONS:
+    raise FastmtError(f'direction must be in 1..{MAX_DIRECTIONS - 1}, got {d}')
+  return f'<bos_dir_{d}>'
 
 
 class Tokenizer:
@@ -22,7 +51,7 @@ class Tokenizer:
     self._sp = spm.SentencePieceProcessor(model_file=model_path)
     if (self._sp.pad_id(), self._sp.eos_id(), self._sp.bos_id(), self._sp.unk_id()) != (
         PAD_ID, EOS_ID, BOS_ID, UNK_ID):
-      raise ValueError(f'{model_path} was not trained with fastmt special ids (pad 0, eos 1, bos 2, unk 3)')
+      raise FastmtError(f'{model_path} was not trained with fastmt special ids (pad 0, eos 1, bos 2, unk 3)')
 
   @property
   def vocab_size(self) -> int:
@@ -41,6 +70,14 @@ class Tokenizer:
         ids = ids[:ids.index(EOS_ID)]
       texts.append(self._sp.decode([i for i in ids if i not in (PAD_ID, BOS_ID)]))
     return texts
+
+  def special_id(self, symbol: str) -> int:
+    """The id of a reserved symbol (RESERVED_SYMBOLS); an error for vocabularies trained without it."""
+    piece_id = self._sp.piece_to_id(symbol)
+    if piece_id == UNK_ID or self._sp.id_to_piece(piece_id) != symbol:
+      raise FastmtError(f'{self.model_path} has no {symbol} symbol: it was trained before fastmt reserved it. '
+                        'Train a model with a new vocabulary (a new --workdir) to use this objective or decoder')
+    return piece_id
 
   def pieces(self, ids) -> list[str]:
     return [self._sp.id_to_piece(int(i)) for i in ids]

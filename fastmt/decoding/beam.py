@@ -12,7 +12,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from fastmt.decoding.greedy import DecodeOutput
+from fastmt.decoding.greedy import DecodeOutput, row_limits
 from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, causal_window_mask
 
 _LOW = -1e9  # score of an empty slot; finite so that sums and comparisons never make NaN
@@ -53,20 +53,24 @@ def expand_to_beams(tree, beam_size: int):
 
 
 def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: int, max_length: int,
-                alpha: float = 0.6) -> DecodeOutput:
+                alpha: float = 0.6, row_caps: jax.Array | None = None) -> DecodeOutput:
   """Beam search; `cache` and `step_fn` must already work on batch_size * beam_size rows.
 
+  row_caps: optional int32 [B] (per sentence), each sentence's own output cap (<= max_length); 0 = a padding
+    sentence, done from the start. At its cap a sentence's live beams join its finished ones.
   Returns the best hypothesis per sentence: tokens [B, L] up to and including EOS, PAD after.
   """
   k, n = beam_size, batch_size
   cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
   if cache_length < max_length:
     raise ValueError(f'cache has {cache_length} slots, fewer than max_length={max_length}')
+  caps = row_limits(n, max_length, row_caps)
   seqs = jnp.full((n, k, max_length + 1), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
   # Only beam 0 is real at the start; the others would duplicate it.
   live_scores = jnp.tile(jnp.array([0.0] + [_LOW] * (k - 1), jnp.float32), (n, 1))
+  num_finished = jnp.where(caps <= 0, k, 0).astype(jnp.int32)  # padding sentences are done from the start
   state = BeamState(jnp.int32(0), seqs, live_scores, seqs, jnp.full((n, k), _LOW, jnp.float32),
-                    jnp.zeros((n,), jnp.int32), jnp.zeros((n,), jnp.int32), cache)
+                    num_finished, jnp.zeros((n,), jnp.int32), cache)
 
   def not_finished(state):
     return (state.step < max_length) & (state.num_finished < k).any()
@@ -102,6 +106,15 @@ def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: 
     live_seqs = _gather_beams(top_seqs, live_rank)
     cache = _gather_cache(cache, _gather_beams(top_beams, live_rank), n, k)
 
+    # A sentence at its cap ends now: its live beams compete with its finished hypotheses.
+    at_cap = (state.step + 1 >= caps) & ~done
+    capped = at_cap[:, None] & (live_scores > _LOW / 2)
+    pool_scores = jnp.concatenate(
+        [finished_scores, jnp.where(capped, live_scores / length_penalty(state.step + 1, alpha), _LOW)], 1)
+    finished_scores, keep = jax.lax.top_k(pool_scores, k)
+    finished_seqs = _gather_beams(jnp.concatenate([finished_seqs, live_seqs], axis=1), keep)
+    num_finished = jnp.where(at_cap, k, num_finished)
+
     keep_old = lambda new, old: jnp.where(done.reshape((n,) + (1,) * (new.ndim - 1)), old, new)
     return BeamState(state.step + 1, keep_old(live_seqs, state.live_seqs),
                      keep_old(live_scores, state.live_scores), keep_old(finished_seqs, state.finished_seqs),
@@ -109,11 +122,8 @@ def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: 
                      state.calls + (~done).astype(jnp.int32), cache)
 
   state = jax.lax.while_loop(not_finished, advance, state)
-  # Only sentences that reached max_length without K finished hypotheses consider their live beams.
-  use_live = (state.num_finished < k)[:, None] & (state.live_scores > _LOW / 2)
-  live_normalised = jnp.where(use_live, state.live_scores / length_penalty(state.step, alpha), _LOW)
-  pool_scores = jnp.concatenate([state.finished_scores, live_normalised], axis=1)
-  pool_seqs = jnp.concatenate([state.finished_seqs, state.live_seqs], axis=1)
-  best = jnp.argmax(pool_scores, axis=1)
-  tokens = _gather_beams(pool_seqs, best[:, None])[:, 0, 1:]
+  # Every sentence ended by K finished hypotheses or at its cap (caps <= max_length), so the best finished
+  # hypothesis is the answer; a padding sentence's is BOS then PAD.
+  best = jnp.argmax(state.finished_scores, axis=1)
+  tokens = _gather_beams(state.finished_seqs, best[:, None])[:, 0, 1:]
   return DecodeOutput(tokens, state.calls, state.step)

@@ -15,8 +15,9 @@ the first time take the initialiser's value (PAD by default, as in the paper).
   PJ:  W = the output cap (the whole target, no oracle length).
   PGJ: W = block size b; the block is re-anchored at the first unfinished position after every commit.
        (The paper's blocks have fixed boundaries; re-anchoring never accepts less and keeps shapes static.)
-  HGJ: PGJ while a row's committed length is below the parallel length l, then W = 1 (which is exactly
-       greedy with per-row offsets) until EOS.
+  HGJ: PGJ while some unfinished row's committed length is below the parallel length l, then W = 1 (which
+       is exactly greedy with per-row offsets) until EOS. In a batch the switch is the batch's, not each
+       row's: a row past l keeps the W-wide window until every row is past l or done (see jacobi_decode).
 
 KV cache: the window's inputs are written at slots committed .. committed + W - 1; slots of committed
 inputs are correct (their inputs and everything they attend to are final) and are not rewritten later.
@@ -28,7 +29,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from fastmt.decoding.greedy import DecodeOutput
+from fastmt.decoding.greedy import DecodeOutput, row_limits
 from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, causal_window_mask
 
 # Guesses for positions entering the window. An initialiser is called once per loop with the (static) window
@@ -85,7 +86,7 @@ class JacobiState:
 
 
 def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, parallel_limit: int,
-                 initializer: Initializer) -> JacobiState:
+                 initializer: Initializer, caps: jax.Array) -> JacobiState:
   """Runs iterations with window `width` while some row is unfinished and below `parallel_limit`."""
   cache_length = jax.tree_util.tree_leaves(state.cache)[0].shape[1]
   guesses_after = initializer(width)  # built here, once: the loop body only indexes into it
@@ -114,10 +115,10 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     is_eos = (predictions == EOS_ID) & (window[None, :] < accepted[:, None])
     eos_at = jnp.argmax(is_eos, axis=1)
     accepted = jnp.where(is_eos.any(1), eos_at + 1, accepted)
-    accepted = jnp.minimum(accepted, max_length - n)
+    accepted = jnp.minimum(accepted, caps - n)
     accepted = jnp.where(s.done, 0, accepted)
     committed = n + accepted
-    done = s.done | is_eos.any(1) | (committed >= max_length)
+    done = s.done | is_eos.any(1) | (committed >= caps)
 
     # Predictions go to tokens[n + 1 ..]; those past the verified prefix are overwritten later.
     tokens = jax.vmap(lambda row, new, at: jax.lax.dynamic_update_slice(row, new, (at + 1,)))(
@@ -149,15 +150,20 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
 
 def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_length: int, block_size: int,
                   parallel_length: int | None = None, initializer: Initializer = pad_initializer,
-                  return_trace: bool = False):
+                  return_trace: bool = False, row_caps: jax.Array | None = None):
   """Hybrid GS-Jacobi decoding; PJ and PGJ are its special cases (see module docstring).
 
   Args:
     step_fn, cache: as for greedy_search; the cache needs max_length + block_size slots.
-    max_length: output cap (EOS included).
+    max_length: output cap (EOS included), static.
     block_size: window width W (>= 1); W = max_length is PJ.
-    parallel_length: HGJ's l: rows whose committed length reaches l continue with W = 1 (greedy).
-      None = max_length (PJ/PGJ: parallel to the end).
+    parallel_length: HGJ's l. The batch runs W-wide windows while some unfinished row has committed fewer
+      than l tokens, then W = 1 (greedy with per-row offsets) for the rows still unfinished. The switch is
+      per batch, not per row: a row past l whose batch-mates are still below l keeps its W-wide window, which
+      commits >= 1 verified token per call like greedy and never more calls (exactness is unaffected).
+      At batch 1 this is the paper's HGJ. None = max_length (PJ/PGJ: parallel to the end).
+    row_caps: optional int32 [B]: each row's own output cap (<= max_length); 0 = a padding row, done from
+      the start (greedy_search's row_caps).
     return_trace: also return a JacobiTrace (DDGviz).
   Returns:
     DecodeOutput (and the JacobiTrace when return_trace): tokens equal to greedy_search's, decoder_calls
@@ -181,12 +187,12 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
                         jnp.zeros(shape, jnp.int32), jnp.zeros(shape, jnp.float32),
                         jnp.zeros(shape[:2], jnp.int32))
   zeros = jnp.zeros((batch_size,), jnp.int32)
+  caps = row_limits(batch_size, max_length, row_caps)
   first_guesses = initializer(block_size)(jnp.full((batch_size,), BOS_ID, jnp.int32))
-  state = JacobiState(jnp.int32(0), tokens, zeros, first_guesses,
-                      jnp.zeros((batch_size,), bool), zeros, cache, trace)
-  state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer)
+  state = JacobiState(jnp.int32(0), tokens, zeros, first_guesses, caps <= 0, zeros, cache, trace)
+  state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer, caps)
   if parallel_length < max_length:
-    state = _jacobi_loop(step_fn, state, 1, max_length, max_length, initializer)
+    state = _jacobi_loop(step_fn, state, 1, max_length, max_length, initializer, caps)
   outputs = state.tokens[:, 1:max_length + 1]
   outputs = jnp.where(jnp.arange(max_length)[None, :] < state.committed[:, None], outputs, PAD_ID)
   result = DecodeOutput(outputs, state.calls, state.iteration)

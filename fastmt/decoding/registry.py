@@ -1,26 +1,31 @@
 """The decoding algorithms by name, with what each needs from the caller (rows, cache slots, settings).
 
-Adding an algorithm is one entry here; `translate.py` and `decode.py` pick it up by name.
+Adding an algorithm is one entry here; `translate.py` and `decode.py` pick it up by name. Each entry says
+which training objectives (fastmt.objectives) produce a model it can decode: greedy, beam and the Jacobi
+family need an autoregressive ('at') model.
 """
 
 import dataclasses
 from typing import Any, Callable
 
 from fastmt.decoding import beam, greedy, jacobi
+from fastmt.errors import FastmtError
 
 
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
-  run: Callable[..., Any]  # (step_fn, cache, batch_size, max_length, settings, draft_table) -> DecodeOutput
+  # (step_fn, cache, batch_size, max_length, settings, draft_table, row_caps) -> DecodeOutput
+  run: Callable[..., Any]
   rows_per_sentence: Callable[[Any], int] = lambda settings: 1
   cache_length: Callable[[int, Any], int] = lambda max_length, settings: max_length
   expand: Callable[[Any, Any], Any] = lambda tree, settings: tree  # per-sentence -> per-row pytree
-  check: Callable[[Any], None] = lambda settings: None  # raises ValueError on bad settings
+  check: Callable[[Any], None] = lambda settings: None  # raises FastmtError on bad settings
+  objectives: tuple[str, ...] = ('at',)  # training objectives whose models this algorithm decodes
 
 
 def _check_beam(settings):
   if settings.beam_size < 1:
-    raise ValueError(f'beam_size must be >= 1, got {settings.beam_size}')
+    raise FastmtError(f'beam_size must be >= 1, got {settings.beam_size}')
 
 
 JACOBI_INITS = ('pad', 'bigram')
@@ -28,11 +33,11 @@ JACOBI_INITS = ('pad', 'bigram')
 
 def _check_jacobi(settings):
   if settings.jacobi_init not in JACOBI_INITS:
-    raise ValueError(f'jacobi_init must be one of {JACOBI_INITS}, got {settings.jacobi_init!r}')
+    raise FastmtError(f'jacobi_init must be one of {JACOBI_INITS}, got {settings.jacobi_init!r}')
   if settings.block_size < 1:
-    raise ValueError(f'block_size must be >= 1, got {settings.block_size}')
+    raise FastmtError(f'block_size must be >= 1, got {settings.block_size}')
   if settings.parallel_length < 0:
-    raise ValueError(f'parallel_length must be >= 0 (0 = the output cap), got {settings.parallel_length}')
+    raise FastmtError(f'parallel_length must be >= 0 (0 = the output cap), got {settings.parallel_length}')
 
 
 def _initializer(settings, draft_table):
@@ -42,32 +47,33 @@ def _initializer(settings, draft_table):
   return jacobi.chain_initializer(draft_table)
 
 
-def _hgj(step_fn, cache, batch, max_len, s, draft_table):
+def _hgj(step_fn, cache, batch, max_len, s, draft_table, row_caps):
   # parallel_length beyond this batch's output cap means "parallel to the end"; 0 means the cap too.
   parallel = min(s.parallel_length, max_len) if s.parallel_length else max_len
   return jacobi.hgj_decode(step_fn, cache, batch, max_len, s.block_size, parallel,
-                           initializer=_initializer(s, draft_table))
+                           initializer=_initializer(s, draft_table), row_caps=row_caps)
 
 
 _jacobi_cache = lambda width: (lambda max_len, s: max_len + min(width(s, max_len), max_len))
 
 ALGORITHMS = {
     'greedy': Algorithm(
-        run=lambda step_fn, cache, batch, max_len, s, _: greedy.greedy_search(step_fn, cache, batch, max_len)),
+        run=lambda step_fn, cache, batch, max_len, s, _, caps: greedy.greedy_search(
+            step_fn, cache, batch, max_len, caps)),
     'beam': Algorithm(
-        run=lambda step_fn, cache, batch, max_len, s, _: beam.beam_search(
-            step_fn, cache, batch, s.beam_size, max_len, s.alpha),
+        run=lambda step_fn, cache, batch, max_len, s, _, caps: beam.beam_search(
+            step_fn, cache, batch, s.beam_size, max_len, s.alpha, caps),
         rows_per_sentence=lambda s: s.beam_size,
         expand=lambda tree, s: beam.expand_to_beams(tree, s.beam_size),
         check=_check_beam),
     'pj': Algorithm(
-        run=lambda step_fn, cache, batch, max_len, s, table: jacobi.pj_decode(
-            step_fn, cache, batch, max_len, initializer=_initializer(s, table)),
+        run=lambda step_fn, cache, batch, max_len, s, table, caps: jacobi.pj_decode(
+            step_fn, cache, batch, max_len, initializer=_initializer(s, table), row_caps=caps),
         cache_length=_jacobi_cache(lambda s, max_len: max_len),
         check=_check_jacobi),
     'pgj': Algorithm(
-        run=lambda step_fn, cache, batch, max_len, s, table: jacobi.pgj_decode(
-            step_fn, cache, batch, max_len, s.block_size, initializer=_initializer(s, table)),
+        run=lambda step_fn, cache, batch, max_len, s, table, caps: jacobi.pgj_decode(
+            step_fn, cache, batch, max_len, s.block_size, initializer=_initializer(s, table), row_caps=caps),
         cache_length=_jacobi_cache(lambda s, max_len: s.block_size),
         check=_check_jacobi),
     'hgj': Algorithm(run=_hgj, cache_length=_jacobi_cache(lambda s, max_len: s.block_size),
@@ -77,9 +83,17 @@ ALGORITHMS = {
 
 def get(name: str) -> Algorithm:
   if name not in ALGORITHMS:
-    raise ValueError(f'Unknown decoding algorithm {name!r}; choose one of {sorted(ALGORITHMS)}')
+    raise FastmtError(f'Unknown decoding algorithm {name!r}; choose one of {sorted(ALGORITHMS)}')
   return ALGORITHMS[name]
 
 
 def validate(settings) -> None:
   get(settings.algorithm).check(settings)
+
+
+def check_objective(algorithm: str, objective: str) -> None:
+  """Decoding a model with an algorithm it was not trained for is one clear error, before any work."""
+  supported = get(algorithm).objectives
+  if objective not in supported:
+    raise FastmtError(f'--algorithm {algorithm} decodes models trained with objective {" or ".join(supported)}; '
+                      f'this model was trained with {objective!r}')

@@ -1,0 +1,51 @@
+r"""fastmt-train (and train.py): trains a model; resumes from the work directory's latest checkpoint.
+
+    fastmt-train --config quickstart --workdir runs/quickstart            # a config shipped with fastmt
+    python train.py --config configs/quickstart.py --workdir runs/qs --config.num_train_steps=2000
+    python train.py --config configs/quickstart.py --workdir runs/qs --multihost   # after a pod's launcher
+
+--config takes a path or the name of a config in configs/ (installed as fastmt.configs). Training runs
+data parallel over a Mesh of every device (every host's with --multihost, which calls
+jax.distributed.initialize() first).
+"""
+
+import logging as std_logging
+import sys
+
+from absl import flags, logging
+from ml_collections import config_flags
+
+from fastmt import cli, configs
+from fastmt.errors import FastmtError
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+  flags.DEFINE_string('workdir', None, 'Directory for checkpoints, tokenizer and logs.')
+  flags.DEFINE_bool('multihost', False, 'Call jax.distributed.initialize() first (TPU pods, multi-GPU hosts).')
+  config_flags.DEFINE_config_file('config', None, 'ml_collections config file, or the name of a shipped config '
+                                  f'({", ".join(configs.names())}).', lock_config=True)
+
+
+def main(argv):
+  import jax  # pylint: disable=g-import-not-at-top
+  from fastmt import train_lib  # pylint: disable=g-import-not-at-top
+  if len(argv) > 1:
+    raise FastmtError(f'Unexpected arguments: {argv[1:]}')
+  # orbax logs every checkpoint write at INFO; keep the console to fastmt's progress and warnings.
+  logging.set_verbosity(logging.WARNING)
+  std_logging.getLogger().setLevel(std_logging.WARNING)
+  if FLAGS.multihost:
+    jax.distributed.initialize()
+  logging.info('JAX devices: %s', jax.devices())
+  train_lib.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+
+
+def run():
+  sys.argv = configs.resolve_config_flag(sys.argv)
+  cli.run(main, define_flags, required=('workdir', 'config'))
+
+
+if __name__ == '__main__':
+  run()

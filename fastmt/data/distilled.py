@@ -1,0 +1,55 @@
+"""Reading a fastmt.distill output directory: the teacher's translations of a dataset's training sources.
+
+Training (data/pipeline.py) reads distilled targets through this module, and fastmt.distill writes them;
+keeping the reader here means the data pipeline never imports the distillation (or decoding) stack.
+"""
+
+import hashlib
+import json
+import os
+
+from fastmt.data import corpus
+from fastmt.errors import FastmtError, MissingError
+from fastmt.workdir import TOKENIZER_FILE
+
+DISTILLED_FILE = 'distilled.txt'
+MANIFEST_FILE = 'manifest.json'
+
+
+def fingerprint(lines) -> str:
+  """sha256 of the lines (newline-joined): ties a distilled file to the exact sources it translates."""
+  digest = hashlib.sha256()
+  for line in lines:
+    digest.update(line.encode('utf-8') + b'\n')
+  return digest.hexdigest()
+
+
+def file_fingerprint(path: str) -> str:
+  with open(path, 'rb') as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
+def check_same_vocabulary(teacher_spm: str, student_workdir: str) -> None:
+  """A student work directory that already has a vocabulary must have the teacher's."""
+  student_spm = os.path.join(student_workdir, TOKENIZER_FILE)
+  if os.path.exists(student_spm) and file_fingerprint(student_spm) != file_fingerprint(teacher_spm):
+    raise FastmtError(f'The student work directory {student_workdir} has another vocabulary ({student_spm}) than '
+                     f'the teacher ({teacher_spm}); use a new student work directory')
+
+
+def load_distilled_targets(distilled_dir: str, sources: list[str]) -> list[str]:
+  """The finished distilled targets for exactly these sources (an error if unfinished or for other sources)."""
+  manifest_path = os.path.join(distilled_dir, MANIFEST_FILE)
+  if not os.path.exists(manifest_path):
+    raise MissingError(f'No {MANIFEST_FILE} in {distilled_dir!r}: not a fastmt.distill output directory')
+  with open(manifest_path) as f:
+    manifest = json.load(f)
+  if manifest['sources_fingerprint'] != fingerprint(sources):
+    raise FastmtError(f'{distilled_dir} distils other training sources than this config\'s dataset')
+  if manifest.get('done', 0) != len(sources):
+    raise FastmtError(f'{distilled_dir} is unfinished ({manifest.get("done", 0)}/{len(sources)} lines); '
+                     'run python -m fastmt.distill again to complete it')
+  targets = corpus.read_lines(os.path.join(distilled_dir, DISTILLED_FILE))
+  if len(targets) != len(sources):
+    raise FastmtError(f'{distilled_dir}/{DISTILLED_FILE} has {len(targets)} lines for {len(sources)} sources')
+  return targets

@@ -1,0 +1,145 @@
+"""Reading a train.py work directory without the training stack: configs, tokenizer, objective, checkpoints.
+
+A work directory holds:
+  model_config.json   the ModelConfig (the architecture; a checkpoint of another config is refused)
+  config.json         the whole ml_collections training config (dataset, objective, schedule ...)
+  objective.json      the training objective (fastmt.objectives); absent in older work directories = 'at'
+  spm.model           the SentencePiece vocabulary
+  checkpoints/        orbax steps (the newest few; what resuming reads)
+  best_checkpoint/    optional: the step with the best validation BLEU (config.keep_best_checkpoint)
+
+Inference (fastmt.load, decode.py, bench, distill, clusters) imports this module, never fastmt.train_lib.
+"""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+
+from fastmt import models
+from fastmt.config import ModelConfig
+from fastmt.data.tokenizer import Tokenizer
+from fastmt.errors import FastmtError, MissingError
+
+MODEL_CONFIG_FILE = 'model_config.json'
+TRAIN_CONFIG_FILE = 'config.json'
+OBJECTIVE_FILE = 'objective.json'
+TOKENIZER_FILE = 'spm.model'
+CHECKPOINT_DIR = 'checkpoints'
+BEST_CHECKPOINT_DIR = 'best_checkpoint'
+DEFAULT_OBJECTIVE = 'at'  # what every work directory trained before objectives were recorded used
+
+
+def _require(workdir: str, name: str) -> str:
+  path = os.path.join(workdir, name)
+  if not os.path.exists(path):
+    if not os.path.isdir(workdir):
+      raise MissingError(f'No work directory {workdir!r}')
+    raise MissingError(f'No {name} in {workdir!r}: not a train.py work directory')
+  return path
+
+
+def load_model_config(workdir: str) -> ModelConfig:
+  with open(_require(workdir, MODEL_CONFIG_FILE)) as f:
+    return ModelConfig.from_json(f.read())
+
+
+def load_train_config(workdir: str):
+  """The ml_collections config a workdir was trained with."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  with open(_require(workdir, TRAIN_CONFIG_FILE)) as f:
+    return ml_collections.ConfigDict(json.loads(f.read()))
+
+
+def load_tokenizer(workdir: str) -> Tokenizer:
+  return Tokenizer(_require(workdir, TOKENIZER_FILE))
+
+
+def load_objective(workdir: str) -> str:
+  """The objective the workdir's model was trained with ('at' for work directories older than the record)."""
+  path = os.path.join(workdir, OBJECTIVE_FILE)
+  if not os.path.exists(path):
+    return DEFAULT_OBJECTIVE
+  with open(path) as f:
+    return json.load(f)['objective']
+
+
+def save_objective(workdir: str, objective: str) -> None:
+  """Records the objective; resuming a workdir with another objective is an error (fine-tune into a new one)."""
+  path = os.path.join(workdir, OBJECTIVE_FILE)
+  if os.path.exists(path):
+    saved = load_objective(workdir)
+    if saved != objective:
+      raise FastmtError(f'{workdir} was trained with objective {saved!r}, not {objective!r}; use a new --workdir '
+                        '(fine-tuning starts from the old one with --config.init_from)')
+    return
+  if jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    with open(path, 'w') as f:
+      json.dump({'objective': objective}, f)
+
+
+def checkpoint_manager(workdir: str, max_to_keep: int | None = None, best: bool = False) -> ocp.CheckpointManager:
+  """The keep-last-N manager that resuming uses, or (best=True) the keep-the-best-validation-BLEU one.
+
+  Two managers, because one manager that keeps the N best could delete the latest step a resume needs.
+  """
+  if best:
+    options = ocp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda m: m['valid_bleu'], best_mode='max',
+                                           create=True)
+    return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, BEST_CHECKPOINT_DIR)), options=options)
+  options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+  return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)), options=options)
+
+
+def parse_checkpoint(spec) -> str | int:
+  """'latest', 'best' or a step number (int or digits) -> 'latest' | 'best' | int; anything else is an error."""
+  if isinstance(spec, int) or (isinstance(spec, str) and spec.isdigit()):
+    return int(spec)
+  if spec in ('latest', 'best'):
+    return spec
+  raise FastmtError(f"checkpoint must be 'latest', 'best' or a step number, got {spec!r}")
+
+
+def abstract_params(model_config: ModelConfig):
+  """Shapes and dtypes of the model's parameters, without allocating them."""
+  return jax.eval_shape(lambda: models.Transformer(model_config).init(
+      jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32))['params'])
+
+
+def restore_params(workdir: str, model_config: ModelConfig | None = None, checkpoint='latest'):
+  """Parameters of a workdir's checkpoint ('latest', 'best' or a step), checked against its model config.
+
+  Returns (params, step). A missing work directory, step or best checkpoint, a damaged step and a checkpoint
+  of another architecture are FastmtErrors with one clear message.
+  """
+  model_config = model_config or load_model_config(workdir)
+  checkpoint = parse_checkpoint(checkpoint)
+  best = checkpoint == 'best'
+  directory = os.path.join(workdir, BEST_CHECKPOINT_DIR if best else CHECKPOINT_DIR)
+  if not os.path.isdir(directory):
+    if best:
+      raise MissingError(f'{workdir!r} kept no best checkpoint (train with --config.keep_best_checkpoint=True); '
+                         "use --checkpoint latest or a step")
+    raise MissingError(f'No checkpoint under {directory}')
+  manager = checkpoint_manager(workdir, best=best)
+  steps = sorted(manager.all_steps())
+  if not steps:
+    raise MissingError(f'No checkpoint under {directory}')
+  step = steps[-1] if isinstance(checkpoint, str) else checkpoint
+  if step not in steps:
+    raise MissingError(f'{workdir!r} has no checkpoint step {step}; it has steps {steps}')
+  try:
+    restored = manager.restore(step, args=ocp.args.StandardRestore())  # raw tree: checked below
+  except Exception as e:  # orbax raises many types for a damaged step; the user needs to know which step
+    raise FastmtError(f'Checkpoint step {step} in {directory} cannot be read ({type(e).__name__}: '
+                      f'{str(e).splitlines()[0] if str(e) else ""}); is it damaged? Try another --checkpoint') from e
+  params = restored.get('params') if isinstance(restored, dict) else None
+  expected = jax.tree_util.tree_map(lambda x: x.shape, abstract_params(model_config))
+  found = None if params is None else jax.tree_util.tree_map(lambda x: tuple(x.shape), params)
+  if found is None or jax.tree_util.tree_structure(expected) != jax.tree_util.tree_structure(found) or \
+      expected != found:
+    raise FastmtError(f'Checkpoint step {step} in {workdir} does not match its model config (another model?)')
+  return params, step
