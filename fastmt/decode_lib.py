@@ -60,7 +60,11 @@ def iter_lines(path: str, errors: str = 'strict') -> Iterator[str]:
   """Lines of a file, or of stdin for '-', one at a time; invalid UTF-8 is an error naming the line (or, with
   errors='replace', U+FFFD). Only '\n' ends a line (a '\r' before it is dropped), as in corpus.read_lines."""
   if path != '-' and not os.path.isfile(path):
-    raise MissingError(f'No input file {path!r}')
+    raise MissingError(f'No input file {path!r}')  # now, not when the first line is wanted
+  return _lines_of(path, errors)
+
+
+def _lines_of(path: str, errors: str) -> Iterator[str]:
   stream = sys.stdin.buffer if path == '-' else open(path, 'rb')  # pylint: disable=consider-using-with
   name = 'stdin' if path == '-' else path
   try:

@@ -123,3 +123,37 @@ def test_bigram_table_picks_the_most_frequent_successor():
   assert table[11] == EOS_ID  # never seen: EOS
   tie = drafts.bigram_table([[5, 8], [5, 7]], VOCAB)
   assert tie[5] == 7  # ties go to the smaller id
+
+
+# Per-row output caps (row_caps): each row stops at its own cap, and a cap of 0 marks a padding row that is
+# done before the first call, so it never keeps the loop running.
+NEVER_EOS = np.where(np.arange(VOCAB) == BOS_ID, A, np.arange(VOCAB))  # BOS -> A -> A -> ... never EOS
+
+
+def test_greedy_row_caps_stop_each_row_at_its_own_cap():
+  out = greedy.greedy_search(markov_step(NEVER_EOS), stub_cache(3, 8), 3, 8, row_caps=jnp.array([3, 6, 8]))
+  np.testing.assert_array_equal(out.tokens, [[A] * 3 + [0] * 5, [A] * 6 + [0] * 2, [A] * 8])
+  np.testing.assert_array_equal(out.decoder_calls, [3, 6, 8])
+
+
+def test_padding_rows_are_done_from_the_start_and_do_not_extend_the_loop():
+  table = np.full(VOCAB, EOS_ID)
+  table[BOS_ID], table[A] = A, B  # a real row: A B EOS (3 calls); padding rows would run to the cap
+  caps = jnp.array([8, 0, 0, 0])
+  out = greedy.greedy_search(markov_step(table), stub_cache(4, 8), 4, 8, row_caps=caps)
+  np.testing.assert_array_equal(out.tokens[1:], np.zeros((3, 8)))
+  np.testing.assert_array_equal(out.decoder_calls, [3, 0, 0, 0])
+  assert int(out.loop_iterations) == 3
+  # With never-ending padding rows and no caps the loop would run to max_length: the caps are what stop it.
+  out = greedy.greedy_search(markov_step(NEVER_EOS), stub_cache(2, 8), 2, 8, row_caps=jnp.array([2, 0]))
+  assert int(out.loop_iterations) == 2
+
+
+def test_beam_row_caps_end_each_sentence_at_its_cap_and_skip_padding():
+  k = 2
+  out = beam.beam_search(markov_step(NEVER_EOS), stub_cache(3 * k, 8), 3, k, 8, row_caps=jnp.array([2, 5, 0]))
+  np.testing.assert_array_equal(out.tokens[0], [A] * 2 + [0] * 6)
+  np.testing.assert_array_equal(out.tokens[1], [A] * 5 + [0] * 3)
+  np.testing.assert_array_equal(out.tokens[2], np.zeros(8))
+  np.testing.assert_array_equal(out.decoder_calls, [2, 5, 0])
+  assert int(out.loop_iterations) == 5

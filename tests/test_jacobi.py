@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import markov_step, model_step, positional_step, random_model, stub_cache
+from conftest import VOCAB, markov_step, model_step, positional_step, random_model, stub_cache
 from fastmt import models
 from fastmt.decoding import drafts, greedy, jacobi
-from fastmt.decoding.step import EOS_ID
+from fastmt.decoding.step import BOS_ID, EOS_ID
 
 A, B, C, D, E, F = 5, 6, 7, 8, 9, 10
 SEQ = [A, B, C, D, E, F, EOS_ID]  # 7 outputs
@@ -125,3 +125,15 @@ def test_bad_settings_give_clear_errors():
     jacobi.hgj_decode(step_fn, cache, 1, 8, 3, parallel_length=9)
   with pytest.raises(ValueError, match='cache has'):
     jacobi.pgj_decode(step_fn, stub_cache(1, 9), 1, 8, 3)
+
+
+@pytest.mark.parametrize('block', [1, 3, 8])
+def test_jacobi_row_caps_and_padding_rows_match_greedy(block):
+  """Each row stops at its own cap as greedy does; a padding row (cap 0) is done from the start."""
+  never_eos = np.where(np.arange(VOCAB) == BOS_ID, 5, np.arange(VOCAB))
+  caps = jnp.array([3, 0, 7])
+  expected = greedy.greedy_search(markov_step(never_eos), stub_cache(3, 8), 3, 8, row_caps=caps)
+  out = jacobi.pgj_decode(markov_step(never_eos), stub_cache(3, 8 + block), 3, 8, block, row_caps=caps)
+  np.testing.assert_array_equal(out.tokens, expected.tokens)
+  np.testing.assert_array_equal(out.decoder_calls[1], 0)
+  assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()

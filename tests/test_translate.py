@@ -3,8 +3,10 @@ Jacobi variant equals greedy through the Translator, decode.py end to end, and t
 greedy of benchmarks/ agrees with fastmt's."""
 
 import importlib.util
+import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -134,3 +136,117 @@ def test_an_independent_hand_written_greedy_gives_the_same_tokens(model_parts):
     np.testing.assert_array_equal(np.asarray(tokens), expected)
     output_tokens += int((expected != 0).sum())
   assert output_tokens > 2 * len(lines)  # real translations, not rows that stop at once
+
+
+GENESIS = [line.rstrip('\n') for line in open(REPO / 'tests/data/genesis.en', encoding='utf-8')][:40]
+
+
+def decode_cli(args, **kwargs):
+  return subprocess.run([sys.executable, str(REPO / 'decode.py'), *args], capture_output=True, text=True,
+                        cwd=REPO, **kwargs)
+
+
+@pytest.mark.parametrize('algorithm', ['greedy', 'pgj', 'beam'])
+def test_a_sentence_translates_the_same_at_batch_1_and_batch_32(model_parts, algorithm):
+  """A row's output cap comes from its own source, and padding rows are done from the start: a sentence's
+  translation does not depend on its batch-mates (up to float near-ties between batch shapes: none here)."""
+  settings = DecodeSettings(algorithm, beam_size=2)
+  at_1, _ = Translator(*model_parts, settings).translate_ids(GENESIS, batch_size=1)
+  at_32, _ = Translator(*model_parts, settings).translate_ids(GENESIS, batch_size=32)
+  differing = [i for i, (a, b) in enumerate(zip(at_1, at_32)) if not np.array_equal(a, b)]
+  assert not differing, differing
+
+
+def test_one_sentence_costs_its_own_decoder_calls_not_a_padded_batch(model_parts):
+  translator = Translator(*model_parts)
+  _, stats = translator.translate_ids([GENESIS[0]], batch_size=32)
+  assert stats.batches == 1 and stats.padding_rows == 0
+  assert stats.loop_iterations == stats.decoder_calls  # the loop ran exactly that sentence's calls
+  _, stats = translator.translate_ids(GENESIS[:3], batch_size=32)  # 3 sentences -> a batch of 4 rows
+  assert stats.padding_rows == 1 and stats.loop_iterations <= stats.decoder_calls
+
+
+def test_inputs_stream_a_chunk_at_a_time(model_parts):
+  """iter_ids reads only chunk_sentences lines ahead: an endless input still yields its first translations."""
+  translator = Translator(*model_parts)
+  read = []
+
+  def endless():
+    for i in itertools.count():
+      read.append(i)
+      yield GENESIS[i % 5]
+  first = list(itertools.islice(translator.iter_ids(endless(), batch_size=4, chunk_sentences=8), 10))
+  expected, _ = translator.translate_ids(GENESIS[:5] * 2, batch_size=4)
+  assert all(np.array_equal(a, b) for a, b in zip(first, expected))
+  assert len(read) <= 16
+
+
+def test_the_truncation_warning_names_the_input_line_counting_blank_lines(model_parts, caplog):
+  long_line = ' '.join(['light'] * (3 * model_parts[0].max_length))
+  Translator(*model_parts).translate(['God', '', '', long_line], batch_size=2)
+  assert 'Input line 4 has' in caplog.text
+
+
+def test_decode_cli_blank_and_huge_lines_keep_their_places(trained_workdir, tmp_path):
+  src = tmp_path / 'src.txt'
+  src.write_text('\n\n' + 'light ' * 20000 + '\nGod\n\n', encoding='utf-8')  # a 120k-character line
+  result = decode_cli(['--workdir', trained_workdir, '--input', str(src), '--output', str(tmp_path / 'hyp')])
+  assert result.returncode == 0, result.stderr
+  lines = (tmp_path / 'hyp').read_text(encoding='utf-8').split('\n')
+  assert len(lines) == 6 and lines[0] == lines[1] == lines[4] == lines[5] == ''
+  assert 'Input line 3 has' in result.stderr and 'truncated inputs 1' in result.stderr
+  (tmp_path / 'blank').write_text('\n \n\n', encoding='utf-8')
+  result = decode_cli(['--workdir', trained_workdir, '--input', str(tmp_path / 'blank')])
+  assert result.returncode == 0 and result.stdout == '\n\n\n', result.stderr
+
+
+def test_decode_cli_checkpoint_choice_and_its_errors_are_one_line(trained_workdir, tmp_path):
+  src = tmp_path / 'src.txt'
+  src.write_text('God\n', encoding='utf-8')
+  for checkpoint in ('best', '20', 'latest'):
+    result = decode_cli(['--workdir', trained_workdir, '--input', str(src), '--checkpoint', checkpoint])
+    assert result.returncode == 0 and len(result.stdout.split('\n')) == 2, result.stderr
+  for checkpoint, message in (('7', 'no checkpoint step 7'), ('newest', "'latest', 'best' or a step")):
+    result = decode_cli(['--workdir', trained_workdir, '--input', str(src), '--checkpoint', checkpoint])
+    assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr
+  result = decode_cli(['--workdir', str(tmp_path / 'nowhere'), '--input', str(src)])
+  assert result.returncode != 0 and 'No work directory' in result.stderr and 'Traceback' not in result.stderr
+  result = decode_cli(['--workdir', trained_workdir, '--input', str(tmp_path / 'missing.txt')])
+  assert result.returncode != 0 and 'No input file' in result.stderr and 'Traceback' not in result.stderr
+
+
+def test_decode_cli_damaged_checkpoint_and_missing_best_are_one_line(trained_workdir, tmp_path):
+  workdir = tmp_path / 'copy'
+  shutil.copytree(trained_workdir, workdir)
+  shutil.rmtree(workdir / workdir_lib.BEST_CHECKPOINT_DIR)
+  step = max(int(s) for s in os.listdir(workdir / workdir_lib.CHECKPOINT_DIR) if s.isdigit())
+  for path in (workdir / workdir_lib.CHECKPOINT_DIR / str(step)).rglob('*'):
+    if path.is_file() and path.stat().st_size > 100:
+      path.write_bytes(b'\0' * 10)  # damage every array file of the newest step
+  src = tmp_path / 'src.txt'
+  src.write_text('God\n', encoding='utf-8')
+  result = decode_cli(['--workdir', str(workdir), '--input', str(src), '--checkpoint', 'best'])
+  assert result.returncode != 0 and 'kept no best checkpoint' in result.stderr and 'Traceback' not in result.stderr
+  result = decode_cli(['--workdir', str(workdir), '--input', str(src)])
+  assert result.returncode != 0 and f'step {step}' in result.stderr and 'Traceback' not in result.stderr, \
+      result.stderr
+
+
+def test_an_algorithm_the_model_was_not_trained_for_is_one_clear_error(trained_workdir, tmp_path):
+  workdir = tmp_path / 'cmlm_model'
+  shutil.copytree(trained_workdir, workdir)
+  (workdir / workdir_lib.OBJECTIVE_FILE).write_text(json.dumps({'objective': 'cmlm'}))
+  src = tmp_path / 'src.txt'
+  src.write_text('God\n', encoding='utf-8')
+  result = decode_cli(['--workdir', str(workdir), '--input', str(src), '--algorithm', 'pgj'])
+  assert result.returncode != 0 and "trained with 'cmlm'" in result.stderr and 'Traceback' not in result.stderr
+
+
+def test_progress_is_plain_log_lines_when_stderr_is_not_a_terminal(trained_workdir, tmp_path):
+  src = tmp_path / 'src.txt'
+  src.write_text('\n'.join(GENESIS[:5] * 12) + '\n', encoding='utf-8')  # 60 lines: longer than a screen
+  env = {k: v for k, v in os.environ.items() if k != 'TQDM_DISABLE'}
+  result = decode_cli(['--workdir', trained_workdir, '--input', str(src), '--output', str(tmp_path / 'hyp')],
+                      env=env)
+  assert result.returncode == 0, result.stderr
+  assert 'translate: 60/60 sentences (100%)' in result.stderr and '\r' not in result.stderr

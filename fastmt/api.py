@@ -1,0 +1,101 @@
+"""fastmt as a library: load a trained work directory and translate text with any decoding algorithm.
+
+    import fastmt
+    model = fastmt.load('runs/quickstart', checkpoint='best')
+    model.translate(['In the beginning God created the heavens and the earth.'])        # greedy
+    model.translate(sentences, algorithm='pgj', block_size=3)                           # == greedy, exact
+    model.translate(sentences, algorithm='beam', beam_size=4, batch_size=64)
+    for line in model.translate_iter(open('big.en'), algorithm='hgj'):                  # streamed, in order
+        ...
+
+Decoding algorithms themselves are pure functions of a decoder-step callable (fastmt.decoding), usable on
+any JAX model: docs/API.md shows one wrapped around a decoder written outside fastmt.
+"""
+
+import dataclasses
+import os
+from typing import Iterable, Iterator, Sequence
+
+from fastmt import precision, workdir as workdir_lib
+from fastmt.errors import FastmtError
+from fastmt.translate import DecodeSettings, TranslationStats, Translator
+
+_SETTING_NAMES = {f.name for f in dataclasses.fields(DecodeSettings)} - {'algorithm'}
+
+
+class TranslationModel:
+  """A trained model with its vocabulary, ready to translate with any algorithm fastmt.decoding has.
+
+  Attributes: config (ModelConfig), params, tokenizer, objective, step (the checkpoint's), workdir.
+  One compiled decoder is kept per (algorithm settings, batch shape), so repeated calls do not recompile.
+  """
+
+  def __init__(self, config, params, tokenizer, objective: str = 'at', workdir: str | None = None,
+               step: int | None = None, dtype: str = 'float32'):
+    self.config, self.params = precision.for_inference(config, params, dtype)
+    self.tokenizer, self.objective, self.workdir, self.step, self.dtype = tokenizer, objective, workdir, step, dtype
+    self._translators = {}
+    self._clusters = {}
+
+  def translator(self, algorithm: str = 'greedy', clusters: str | None = None, **settings) -> Translator:
+    """The Translator for these settings (DecodeSettings fields: beam_size, alpha, block_size,
+    parallel_length, jacobi_init, output_length_ratio); clusters: a clusters directory (fastmt-clusters)
+    for the clustered output projection."""
+    unknown = sorted(set(settings) - _SETTING_NAMES)
+    if unknown:
+      raise FastmtError(f'Unknown decoding settings {unknown}; known: {sorted(_SETTING_NAMES)}')
+    decode_settings = DecodeSettings(algorithm, **settings)
+    key = (decode_settings, clusters)
+    if key not in self._translators:
+      draft_table = None
+      if decode_settings.jacobi_init == 'bigram':
+        if self.workdir is None:
+          raise FastmtError("jacobi_init='bigram' needs the model's work directory (its training targets)")
+        from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+        draft_table = decode_lib.load_draft_table(self.workdir)
+      self._translators[key] = Translator(self.config, self.params, self.tokenizer, decode_settings,
+                                          self._load_clusters(clusters), draft_table, self.objective)
+    return self._translators[key]
+
+  def _load_clusters(self, directory):
+    if directory is None:
+      return None
+    if directory not in self._clusters:
+      from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
+      self._clusters[directory] = clusters_lib.load_clusters(directory, self.config, self.tokenizer, self.params)
+    return self._clusters[directory]
+
+  def translate(self, texts: str | Sequence[str], algorithm: str = 'greedy', batch_size: int = 32,
+                clusters: str | None = None, **settings) -> str | list[str]:
+    """Translations in input order (one string for one string). A blank line gives an empty string."""
+    single = isinstance(texts, str)
+    translator = self.translator(algorithm, clusters, **settings)
+    hypotheses, _ = translator.translate([texts] if single else list(texts), batch_size)
+    return hypotheses[0] if single else hypotheses
+
+  def translate_iter(self, lines: Iterable[str], algorithm: str = 'greedy', batch_size: int = 32,
+                     stats: TranslationStats | None = None, clusters: str | None = None,
+                     **settings) -> Iterator[str]:
+    """Streams translations of any iterable of lines (a file object too; trailing newlines are dropped),
+    in input order, a chunk at a time: memory stays bounded however long the input is."""
+    translator = self.translator(algorithm, clusters, **settings)
+    return translator.translate_iter((line.rstrip('\r\n') for line in lines), batch_size, stats)
+
+  def __repr__(self):
+    return (f'TranslationModel({self.workdir!r}, step={self.step}, objective={self.objective!r}, '
+            f'dtype={self.dtype!r}, {self.config.num_encoder_layers}+{self.config.num_decoder_layers} layers, '
+            f'vocabulary {self.config.vocab_size})')
+
+
+def load(workdir: str, checkpoint='latest', dtype: str = 'float32') -> TranslationModel:
+  """A train.py work directory's checkpoint ('latest', 'best' or a step number) as a TranslationModel.
+
+  dtype 'bfloat16' decodes in half precision (float32 softmax and logits). Errors (a missing directory or
+  step, no best checkpoint kept, a checkpoint of another architecture) are FastmtErrors.
+  """
+  if not os.path.isdir(workdir):
+    raise FastmtError(f'No work directory {workdir!r}')
+  config = workdir_lib.load_model_config(workdir)
+  params, step = workdir_lib.restore_params(workdir, config, checkpoint)
+  return TranslationModel(config, params, workdir_lib.load_tokenizer(workdir), workdir_lib.load_objective(workdir),
+                          workdir, step, dtype)
