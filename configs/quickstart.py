@@ -53,6 +53,10 @@ def get_config():
   # Activation dtype ('float32' or 'bfloat16'); parameters stay float32.
   config.model.dtype = 'float32'
 
+  # Training objective (fastmt.objectives): 'at' = autoregressive, left to right, what greedy, beam and the
+  # Jacobi decoders need. Recorded in the work directory; decoding checks it.
+  config.objective = 'at'
+
   # Seed of initialisation, dropout and data order: same seed, same losses.
   config.seed = 0
   # Padded tokens per side per batch; a bucket's batch has tokens_per_batch // bucket_length rows. Small

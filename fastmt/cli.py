@@ -40,7 +40,12 @@ def run(main, define_flags=None, required=()):
   above. `define_flags` is called here, not at import, so that importing any set of fastmt modules together
   never registers a flag twice."""
   if define_flags is not None:
+    before = set(flags.FLAGS)
     define_flags()
+    # --help lists the main module's flags; a console script's main module is its wrapper file, so the
+    # tool's flags are declared key flags of that file (absl names the main module by sys.argv[0]).
+    for name in set(flags.FLAGS) - before:
+      flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
   for name in required:
     flags.mark_flag_as_required(name)
   app.run(exit_on_user_error(main), flags_parser=parse_flags_or_exit)

@@ -64,10 +64,16 @@ def record_states(translator: Translator, sources, top_k: int, batch_size: int =
     length = max(max(len(s) for s in src), max(len(t) for t in tgt)) + 1
     length = -(-length // 16) * 16  # a few shapes only
     batch = pad_batch(src, tgt, length, length)
-    hidden, top = states(translator.params, jnp.asarray(batch.source), jnp.asarray(batch.decoder_input))
+    # Rows split over the translator's mesh (data parallel): pad to a multiple of its devices with PAD rows,
+    # which have no targets and so record nothing.
+    rows_total = translate.batch_rows(len(src), batch_size, translator.mesh.size)
+    pad_rows = lambda x: np.pad(x, ((0, rows_total - len(x)), (0, 0)))
+    put = lambda x: jax.device_put(pad_rows(x), translator.rows_sharding)
+    hidden, top = states(translator.params, put(batch.source), put(batch.decoder_input))
+    hidden, top = np.asarray(hidden)[:len(src)], np.asarray(top)[:len(src)]
     real = batch.target != 0
-    hidden_all.append(np.asarray(hidden)[real])
-    top_all.append(np.asarray(top)[real])
+    hidden_all.append(hidden[real])
+    top_all.append(top[real])
   return np.concatenate(hidden_all), np.concatenate(top_all)
 
 

@@ -154,14 +154,14 @@ def _metric_writer(workdir):
 
 def train_and_evaluate(config, workdir: str) -> TrainState:
   """Trains config's model in workdir, resuming from its latest checkpoint; returns the final state."""
+  objective_name = config.get('objective', workdir_lib.DEFAULT_OBJECTIVE)
+  objective_fn = objectives.get(objective_name)  # an unknown name fails here, before any work
   os.makedirs(workdir, exist_ok=True)
   mesh = jax.make_mesh((jax.device_count(),), ('data',), axis_types=(jax.sharding.AxisType.Auto,))
   data_sharding = NamedSharding(mesh, P('data'))
   replicated = NamedSharding(mesh, P())
   data = pipeline.load_training_data(config, workdir, batch_multiple=jax.device_count())
   model_config = ModelConfig.from_config(config.model, data.tokenizer.vocab_size)
-  objective_name = config.get('objective', workdir_lib.DEFAULT_OBJECTIVE)
-  objective_fn = objectives.get(objective_name)  # an unknown name fails here, before any work
   check_or_save_model_config(workdir, model_config)
   workdir_lib.save_objective(workdir, objective_name)
   if jax.process_index() == 0:

@@ -149,7 +149,7 @@ class Translator:
       raise FastmtError(f'draft table has shape {np.shape(draft_table)}, the model a {config.vocab_size} '
                         'vocabulary')
     self.mesh = mesh or local_mesh()
-    self._rows_sharding = NamedSharding(self.mesh, P('data'))
+    self.rows_sharding = NamedSharding(self.mesh, P('data'))  # batch rows split over the devices
     replicated = NamedSharding(self.mesh, P())
     self.params = jax.device_put(params, replicated)
     self.clusters = None if clusters is None else jax.device_put(clusters, replicated)
@@ -200,7 +200,7 @@ class Translator:
     key = (rows, bucket)
     if key not in self._compiled:
       start = time.perf_counter()
-      spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self._rows_sharding)
+      spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self.rows_sharding)
       self._compiled[key] = self._decode.lower(self.params, spec((rows, bucket)), spec((rows,)), self.clusters,
                                                self.draft_table).compile()
       if stats is not None:
@@ -214,7 +214,7 @@ class Translator:
       lengths = (source != PAD_ID).sum(1)
       row_caps = np.array([self.row_cap(n) if n else 0 for n in lengths], np.int32)
     executable = self._executable(*source.shape, stats)
-    put = lambda x: jax.device_put(np.asarray(x, np.int32), self._rows_sharding)
+    put = lambda x: jax.device_put(np.asarray(x, np.int32), self.rows_sharding)
     return jax.block_until_ready(executable(self.params, put(source), put(row_caps), self.clusters,
                                             self.draft_table))
 

@@ -133,3 +133,22 @@ def test_train_batches_are_deterministic_bucketed_and_cover_every_pair(tokenizer
   assert len(seen) == len({tuple(np.append(s, EOS_ID)) for s in src})
   assert not np.array_equal(a.batch(0).source, other.batch(0).source)
   assert not np.array_equal(a.batch(0).source, a.batch(a.batches_per_epoch).source)  # epochs reshuffle
+
+
+def test_new_vocabularies_reserve_the_symbols_other_objectives_need(trained_workdir, tokenizer):
+  """train.py's vocabulary has <mask>, chunk-BOS <bos_2>..<bos_8> and direction starts as single pieces, so an
+  AT model can later be fine-tuned into HRT, CMLM or interleaved models; a vocabulary trained without them
+  (this fixture's) still loads, and asking it for one is a clear error."""
+  from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.errors import FastmtError  # pylint: disable=g-import-not-at-top
+  vocabulary = workdir_lib.load_tokenizer(trained_workdir)
+  ids = [vocabulary.special_id(s) for s in tokenizer_lib.RESERVED_SYMBOLS]
+  assert len(set(ids)) == len(tokenizer_lib.RESERVED_SYMBOLS) == 1 + 7 + 7
+  assert vocabulary.special_id(tokenizer_lib.MASK) == 4  # the first id after PAD, EOS, BOS, UNK
+  assert vocabulary.special_id(tokenizer_lib.chunk_bos(3)) in ids
+  assert all(vocabulary.special_id(s) in vocabulary.encode([s])[0] for s in ('<mask>', '<bos_4>', '<bos_dir_1>'))
+  with pytest.raises(FastmtError, match='has no <mask> symbol'):
+    tokenizer.special_id(tokenizer_lib.MASK)
+  with pytest.raises(FastmtError, match='chunk size'):
+    tokenizer_lib.chunk_bos(9)

@@ -1,10 +1,13 @@
-"""The package as a whole: every module imports alongside every other, and every CLI starts.
+"""The package as a whole: every module imports alongside every other, every CLI and console script starts,
+setup.cfg lists every package, and inference never imports the training stack.
 
 A library module that defined absl flags at import time broke the suite once (two modules both defining
 --workdir); modules now define their flags only when run as programs, and this test keeps it that way.
 """
 
+import configparser
 import importlib
+import os
 import pkgutil
 import subprocess
 import sys
@@ -38,3 +41,53 @@ def test_every_cli_starts_and_prints_its_flags():
     # absl's --help exits with status 1 after printing; what matters is that the flags were defined and shown.
     assert 'Traceback' not in output, (command, output)
     assert '--workdir' in output or '--teacher' in output, (command, output)
+
+
+def _setup_cfg():
+  parser = configparser.ConfigParser()
+  parser.read(REPO / 'setup.cfg')
+  return parser
+
+
+def test_setup_cfg_lists_every_package_and_ships_the_configs():
+  listed = set(_setup_cfg()['options']['packages'].split())
+  found = {'fastmt'} | {m.name for m in pkgutil.walk_packages(fastmt.__path__, 'fastmt.') if m.ispkg}
+  assert found <= listed, found - listed
+  assert 'fastmt.configs' in listed and 'fastmt.configs = configs' in _setup_cfg()['options']['package_dir']
+
+
+def test_every_console_script_starts():
+  scripts = [line.split('=')[0].strip() for line in
+             _setup_cfg()['options.entry_points']['console_scripts'].strip().splitlines()]
+  assert {'fastmt-train', 'fastmt-translate', 'fastmt-bench'} <= set(scripts)
+  bin_dir = os.path.dirname(sys.executable)
+  processes = [subprocess.Popen([os.path.join(bin_dir, name), '--help'], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for name in scripts]
+  for name, process in zip(scripts, processes):
+    output, _ = process.communicate(timeout=300)
+    assert 'Traceback' not in output and ('--workdir' in output or '--teacher' in output), (name, output)
+
+
+def test_a_shipped_config_is_named_without_its_path(tmp_path):
+  from fastmt import configs  # pylint: disable=g-import-not-at-top
+  assert {'quickstart', 'tiny'} <= set(configs.names())
+  assert configs.resolve_config_flag(['x', '--config=tiny', '--config.seed=1'])[1] == f'--config={configs.path("tiny")}'
+  assert configs.resolve_config_flag(['x', '--config', 'tiny'])[2] == configs.path('tiny')
+  assert configs.resolve_config_flag(['x', '--config=my/own.py'])[1] == '--config=my/own.py'
+
+
+def test_an_unknown_objective_or_config_key_is_one_line(tmp_path):
+  for override, message in (('--config.objective=nat', "Unknown training objective 'nat'"),
+                            ('--config.model.heads=3', 'heads')):
+    result = subprocess.run([sys.executable, str(REPO / 'train.py'), '--config', 'tiny', '--workdir',
+                             str(tmp_path / 'run'), override], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr
+
+
+def test_inference_does_not_import_the_training_stack():
+  code = ('import sys, fastmt, fastmt.api, fastmt.decode_lib, fastmt.commands.translate, fastmt.distill, '
+          'fastmt.clusters_lib, fastmt.bench, fastmt.data.pipeline; '
+          'print(sorted(m for m in sys.modules if m in ("fastmt.train_lib", "optax")))')
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=REPO)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.strip() == '[]', result.stdout

@@ -1,0 +1,48 @@
+"""Data parallel over a Mesh of devices: 8 host devices (in a subprocess, so the rest of the suite keeps
+one) give the same training losses (float tolerance) and the same translations as one device."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import DATA, REPO
+from fastmt import api, clusters_lib, train_lib
+
+
+@pytest.fixture(scope='module')
+def eight_devices(trained_workdir, tmp_path_factory):
+  out = tmp_path_factory.mktemp('multidevice')
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=8', 'JAX_PLATFORMS': 'cpu'}
+  result = subprocess.run([sys.executable, str(REPO / 'tests' / 'multidevice_worker.py'), str(out / 'train'),
+                           trained_workdir, str(out / 'result.json')], env=env, cwd=REPO / 'tests',
+                          capture_output=True, text=True, timeout=900)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return json.loads((out / 'result.json').read_text())
+
+
+def test_eight_devices_train_with_the_same_losses_as_one(eight_devices, tiny_config, tmp_path):
+  assert eight_devices['devices'] == 8
+  config = tiny_config.copy_and_resolve_references()
+  config.num_train_steps = 10
+  train_lib.train_and_evaluate(config, str(tmp_path))
+  one = {str(r['step']): r['train_loss'] for r in map(json.loads, open(tmp_path / 'train_history.jsonl'))
+         if 'train_loss' in r}
+  assert set(one) == set(eight_devices['train_loss']) and len(one) >= 2
+  for step, loss in one.items():
+    np.testing.assert_allclose(eight_devices['train_loss'][step], loss, rtol=2e-4)
+
+
+def test_eight_devices_translate_like_one(eight_devices, trained_workdir):
+  model = api.load(trained_workdir)
+  sentences = [line.rstrip('\n') for line in open(DATA / 'genesis.en', encoding='utf-8')][:20]
+  as_lists = lambda outputs: [ids.tolist() for ids in outputs]
+  assert eight_devices['greedy'] == as_lists(model.translator('greedy').translate_ids(sentences, 32)[0])
+  assert eight_devices['pgj'] == eight_devices['greedy']  # exact on 8 devices too
+  assert eight_devices['beam'] == as_lists(model.translator('beam', beam_size=2).translate_ids(sentences, 32)[0])
+  assert eight_devices['greedy_batch_1'] == eight_devices['greedy'][:3]
+  hidden, _ = clusters_lib.record_states(model.translator('greedy'), sentences[:5], top_k=2, batch_size=4)
+  np.testing.assert_allclose(eight_devices['recorded_states'], hidden, rtol=1e-4, atol=1e-5)
