@@ -250,3 +250,26 @@ def test_progress_is_plain_log_lines_when_stderr_is_not_a_terminal(trained_workd
                       env=env)
   assert result.returncode == 0, result.stderr
   assert 'translate: 60/60 sentences (100%)' in result.stderr and '\r' not in result.stderr
+
+
+def test_decode_cli_streams_a_million_lines_in_bounded_memory(trained_workdir, tmp_path):
+  """1,000,000 lines (blank but for one sentence in 100,000) in, 1,000,000 lines out, in order, and the
+  process never holds the whole file's lines (peak RSS well below what 1M decoded rows would need)."""
+  src = tmp_path / 'million.txt'
+  with open(src, 'w', encoding='utf-8') as f:
+    for i in range(1_000_000):
+      f.write('God said, Let there be light.\n' if i % 100_000 == 7 else '\n')
+  metrics = tmp_path / 'metrics.json'
+  code = ('import resource, runpy, sys; sys.argv = sys.argv[1:]; '
+          'exec("try:\\n runpy.run_path(sys.argv[0], run_name=\'__main__\')\\nfinally:\\n '
+          'print(\'maxrss_kb\', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)")')
+  result = subprocess.run([sys.executable, '-c', code, str(REPO / 'decode.py'), '--workdir', trained_workdir,
+                           '--input', str(src), '--output', str(tmp_path / 'hyp'), '--metrics_json', str(metrics)],
+                          capture_output=True, text=True, cwd=REPO)
+  assert result.returncode == 0, result.stderr[-2000:]
+  figures = json.loads(metrics.read_text())
+  assert figures['sentences'] == 1_000_000 and figures['empty_inputs'] == 1_000_000 - 10
+  with open(tmp_path / 'hyp', encoding='utf-8') as f:
+    assert sum(1 for _ in f) == 1_000_000
+  maxrss_mb = int(result.stderr.split('maxrss_kb')[-1].split()[0]) / 1024
+  assert maxrss_mb < 1024, maxrss_mb  # measured: 385 MB for 1M lines, 377 MB for 20k (JAX itself ~350)
