@@ -63,3 +63,13 @@ def test_the_library_example_of_docs_api_runs(trained_workdir, tmp_path, monkeyp
   exec(compile(code, 'docs/API.md', 'exec'), namespace)  # pylint: disable=exec-used
   assert isinstance(namespace['model'], fastmt.TranslationModel)
   assert os.path.exists('big.en')
+
+
+def test_a_work_directory_from_before_objectives_were_recorded_loads_as_autoregressive(trained_workdir, tmp_path):
+  import shutil  # pylint: disable=g-import-not-at-top
+  old = tmp_path / 'old'
+  shutil.copytree(trained_workdir, old)
+  os.remove(old / 'objective.json')
+  model = fastmt.load(str(old))
+  assert model.objective == 'at'
+  assert model.translate(SENTENCES[:4], algorithm='pgj') == fastmt.load(trained_workdir).translate(SENTENCES[:4])
