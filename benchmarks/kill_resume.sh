@@ -26,10 +26,10 @@ $PY train.py "${FLAGS[@]}" --workdir runs/kill_resumed >> runs/kill_resumed.log 
 grep -a "Resumed from step" runs/kill_resumed.log
 $PY - <<'PYEOF'
 import jax, numpy as np
-from fastmt import train_lib
-config = train_lib.load_model_config('runs/kill_reference')
-a, step_a = train_lib.restore_params('runs/kill_reference', config)
-b, step_b = train_lib.restore_params('runs/kill_resumed', config)
+from fastmt import workdir
+config = workdir.load_model_config('runs/kill_reference')
+a, step_a = workdir.restore_params('runs/kill_reference', config)
+b, step_b = workdir.restore_params('runs/kill_resumed', config)
 diffs = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda x, y: float(np.abs(np.asarray(x) - np.asarray(y)).max()), a, b))
 print(f'final steps {step_a} vs {step_b}; max |difference| over all {len(diffs)} parameter arrays: {max(diffs)}')
 PYEOF
