@@ -56,13 +56,15 @@ for side in ('before', 'after', 'batch1'):
   print(f"| {side} | {', '.join(f'{w:.1f}' for w in walls[side])} | {m['compile_s']:.1f} | {m['bleu']:.2f} | "
         f"{m['chrf']:.2f} |")
 read = lambda name: open(f'{out}/{name}', encoding='utf-8').read().split('\n')
-same = read('hyp.before.1') == read('hyp.after.1')
-print(f'before == after, line for line: {same}')
+before, after = read('hyp.before.1'), read('hyp.after.1')
+same = before == after
+changed = [i + 1 for i, (x, y) in enumerate(zip(before, after)) if x != y]
+print(f'before == after, line for line: {same}; lines that differ: {changed[:20]}')
 print(f"median wall: before {statistics.median(walls['before']):.1f} s, after {statistics.median(walls['after']):.1f} s,"
       f" ratio {statistics.median(walls['before']) / statistics.median(walls['after']):.2f}x")
 b1, b32 = read('hyp.batch1.1'), read('hyp.after.1')
 differ = [i + 1 for i, (a, b) in enumerate(zip(b1, b32)) if a != b]
 print(f'batch 1 vs batch 32: {len(differ)} of {len(b32) - 1} lines differ {differ[:20]}')
-json.dump({'walls': walls, 'before_equals_after': same, 'batch1_vs_32_differ': differ},
+json.dump({'walls': walls, 'before_equals_after': same, 'before_after_differ': changed, 'batch1_vs_32_differ': differ},
           open(f'{out}/summary.json', 'w'), indent=1)
 PY

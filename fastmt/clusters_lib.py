@@ -1,6 +1,6 @@
 r"""Offline side of the clustered projection: record decoder states, fit k-means, save and load per direction.
 
-    python -m fastmt.clusters_lib --workdir runs/quickstart --direction en_de --num_clusters 500 --top_k 1
+    python -m fastmt.clusters_lib --workdir runs/quickstart --direction en_de --num_clusters 500 --top_k 5
 
 Unlabelled source text is enough: the model translates it greedily, then a teacher-forced pass over its own
 outputs records the decoder's final hidden state and top-K tokens at every output position. Files go to
