@@ -260,9 +260,12 @@ def test_decode_cli_streams_a_million_lines_in_bounded_memory(trained_workdir, t
     for i in range(1_000_000):
       f.write('God said, Let there be light.\n' if i % 100_000 == 7 else '\n')
   metrics = tmp_path / 'metrics.json'
-  code = ('import resource, runpy, sys; sys.argv = sys.argv[1:]; '
+  # Peak RSS of the decode process itself: /proc's VmHWM starts afresh at exec, while getrusage's ru_maxrss
+  # would carry over the (large) pytest process it was forked from.
+  code = ('import runpy, sys; sys.argv = sys.argv[1:]; '
           'exec("try:\\n runpy.run_path(sys.argv[0], run_name=\'__main__\')\\nfinally:\\n '
-          'print(\'maxrss_kb\', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)")')
+          'print(\'maxrss_kb\', [l.split()[1] for l in open(\'/proc/self/status\') if l.startswith(\'VmHWM\')][0], '
+          'file=sys.stderr)")')
   result = subprocess.run([sys.executable, '-c', code, str(REPO / 'decode.py'), '--workdir', trained_workdir,
                            '--input', str(src), '--output', str(tmp_path / 'hyp'), '--metrics_json', str(metrics)],
                           capture_output=True, text=True, cwd=REPO)
