@@ -85,6 +85,17 @@ def _layer_norm(spec, norm):
   spec.beta = np.array(norm['bias'], np.float32)
 
 
+def _pre_norm_block(spec, norm, attention=None, mlp=None):
+  """A pre-LN self-attention block (Q/K/V fused, then out) or feed-forward block, with its LayerNorm."""
+  _layer_norm(spec.layer_norm, norm)
+  if attention is not None:
+    _fused(spec.linear[0], [attention['query'], attention['key'], attention['value']])
+    _linear(spec.linear[1], attention['out'])
+  else:
+    _linear(spec.linear_0, mlp['Dense_0'])
+    _linear(spec.linear_1, mlp['Dense_1'])
+
+
 class FastmtConverter(ctranslate2.converters.Converter):
   """A fastmt Transformer's parameter tree -> CTranslate2's TransformerSpec (pre-LN, ReLU, tied embeddings)."""
 
@@ -109,29 +120,19 @@ class FastmtConverter(ctranslate2.converters.Converter):
 
     for i, layer in enumerate(spec.encoder.layer):
       q = p[f'encoder_{i}']
-      attention = q['MultiHeadAttention_0']
-      _layer_norm(layer.self_attention.layer_norm, q['LayerNorm_0'])
-      _fused(layer.self_attention.linear[0], [attention['query'], attention['key'], attention['value']])
-      _linear(layer.self_attention.linear[1], attention['out'])
-      _layer_norm(layer.ffn.layer_norm, q['LayerNorm_1'])
-      _linear(layer.ffn.linear_0, q['FeedForward_0']['Dense_0'])
-      _linear(layer.ffn.linear_1, q['FeedForward_0']['Dense_1'])
+      _pre_norm_block(layer.self_attention, q['LayerNorm_0'], attention=q['MultiHeadAttention_0'])
+      _pre_norm_block(layer.ffn, q['LayerNorm_1'], mlp=q['FeedForward_0'])
     _layer_norm(spec.encoder.layer_norm, p['encoder_norm'])
 
     for i, layer in enumerate(spec.decoder.layer):
       q = p[f'decoder_{i}']
-      attention = q['self_attention']
-      _layer_norm(layer.self_attention.layer_norm, q['self_norm'])
-      _fused(layer.self_attention.linear[0], [attention['query'], attention['key'], attention['value']])
-      _linear(layer.self_attention.linear[1], attention['out'])
+      _pre_norm_block(layer.self_attention, q['self_norm'], attention=q['self_attention'])
       attention = q['cross_attention']
       _layer_norm(layer.attention.layer_norm, q['cross_norm'])
       _linear(layer.attention.linear[0], attention['query'])
       _fused(layer.attention.linear[1], [attention['key'], attention['value']])
       _linear(layer.attention.linear[2], attention['out'])
-      _layer_norm(layer.ffn.layer_norm, q['mlp_norm'])
-      _linear(layer.ffn.linear_0, q['mlp']['Dense_0'])
-      _linear(layer.ffn.linear_1, q['mlp']['Dense_1'])
+      _pre_norm_block(layer.ffn, q['mlp_norm'], mlp=q['mlp'])
     _layer_norm(spec.decoder.layer_norm, p['decoder_norm'])
 
     spec.config.layer_norm_epsilon = LAYER_NORM_EPSILON

@@ -20,7 +20,7 @@ import sacrebleu
 
 from fastmt import precision, progress, workdir as workdir_lib
 from fastmt.data import corpus
-from fastmt.decoding import drafts
+from fastmt.decoding import drafts, registry
 from fastmt.errors import FastmtError, MissingError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
@@ -118,7 +118,6 @@ def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | 
   table. An algorithm that cannot decode the workdir's objective is an error before the weights load."""
   model_config = workdir_lib.load_model_config(workdir)
   objective = workdir_lib.load_objective(workdir)
-  from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
   registry.check_objective(settings.algorithm, objective)
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
   logging.info('Loaded %s step %d', workdir, step)

@@ -9,8 +9,7 @@ import sys
 
 import jax
 
-from conftest import DATA  # noqa: F401  (puts the repository on sys.path like the tests)
-import conftest
+import conftest  # puts the repository on sys.path, as for the tests
 from fastmt import api, clusters_lib, train_lib
 from fastmt.configs import tiny
 

@@ -54,7 +54,7 @@ def test_the_outside_decoder_example_of_docs_api_runs():
   exec(compile(blocks[0], 'docs/API.md', 'exec'), {})  # pylint: disable=exec-used  (it asserts pgj == greedy)
 
 
-def test_the_library_example_of_docs_api_runs(trained_workdir, tmp_path, monkeypatch):
+def test_the_library_example_of_docs_api_runs(trained_workdir, tmp_path, monkeypatch, capsys):
   block = next(b for b in api_blocks() if 'fastmt.load' in b)
   (tmp_path / 'big.en').write_text('\n'.join(SENTENCES[:3]) + '\n', encoding='utf-8')
   monkeypatch.chdir(tmp_path)
@@ -62,7 +62,8 @@ def test_the_library_example_of_docs_api_runs(trained_workdir, tmp_path, monkeyp
   namespace = {'sentences': SENTENCES}
   exec(compile(code, 'docs/API.md', 'exec'), namespace)  # pylint: disable=exec-used
   assert isinstance(namespace['model'], fastmt.TranslationModel)
-  assert os.path.exists('big.en')
+  printed = capsys.readouterr().out.split('\n')[:-1]
+  assert printed == namespace['model'].translate(SENTENCES[:3])  # translate_iter streamed big.en in order
 
 
 def test_a_work_directory_from_before_objectives_were_recorded_loads_as_autoregressive(trained_workdir, tmp_path):
