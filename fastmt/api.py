@@ -20,7 +20,7 @@ from fastmt import precision, workdir as workdir_lib
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
-_SETTING_NAMES = {f.name for f in dataclasses.fields(DecodeSettings)} - {'algorithm'}
+_SETTING_NAMES = {f.name for f in dataclasses.fields(DecodeSettings)} - {'algorithm', 'interleaving'}
 
 
 class TranslationModel:
@@ -31,9 +31,10 @@ class TranslationModel:
   """
 
   def __init__(self, config, params, tokenizer, objective: str = 'at', workdir: str | None = None,
-               step: int | None = None, dtype: str = 'float32'):
+               step: int | None = None, dtype: str = 'float32', objective_options: dict | None = None):
     self.config, self.params = precision.for_inference(config, params, dtype)
     self.tokenizer, self.objective, self.workdir, self.step, self.dtype = tokenizer, objective, workdir, step, dtype
+    self.objective_options = dict(objective_options or {})
     self._translators = {}
     self._clusters = {}
 
@@ -54,7 +55,8 @@ class TranslationModel:
         from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
         draft_table = decode_lib.load_draft_table(self.workdir)
       self._translators[key] = Translator(self.config, self.params, self.tokenizer, decode_settings,
-                                          self._load_clusters(clusters), draft_table, self.objective)
+                                          self._load_clusters(clusters), draft_table, self.objective,
+                                          objective_options=self.objective_options)
     return self._translators[key]
 
   def _load_clusters(self, directory):
@@ -98,4 +100,4 @@ def load(workdir: str, checkpoint='latest', dtype: str = 'float32') -> Translati
   config = workdir_lib.load_model_config(workdir)
   params, step = workdir_lib.restore_params(workdir, config, checkpoint)
   return TranslationModel(config, params, workdir_lib.load_tokenizer(workdir), workdir_lib.load_objective(workdir),
-                          workdir, step, dtype)
+                          workdir, step, dtype, workdir_lib.load_objective_options(workdir))

@@ -23,6 +23,7 @@ import sacrebleu
 
 from fastmt.data import corpus
 from fastmt import cli, decode_lib, precision, roofline, workdir as workdir_lib
+from fastmt.decoding import registry
 from fastmt.translate import DecodeSettings, Translator
 from fastmt.errors import FastmtError
 
@@ -30,8 +31,8 @@ DEFAULT_METHODS = ('greedy', 'beam:4', 'pj', 'pgj:3', 'pgj:5', 'hgj:3')
 
 
 def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
-  """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L', then optionally '+bigram' (Jacobi draft
-  guesses) and '@bf16' (half precision) -> (label, settings, dtype)."""
+  """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K), then
+  optionally '+bigram' (Jacobi draft guesses) and '@bf16' (half precision) -> (label, settings, dtype)."""
   label = spec
   spec, _, suffix = spec.partition('@')
   dtype = {'': 'float32', 'fp32': 'float32', 'bf16': 'bfloat16'}.get(suffix)
@@ -40,8 +41,8 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   spec, _, init = spec.partition('+')
   name, *args = spec.split(':')
   values = [int(a) for a in args]
-  if name == 'beam':
-    return label, DecodeSettings('beam', beam_size=values[0] if values else 4), dtype
+  if name in ('beam', 'ib'):
+    return label, DecodeSettings(name, beam_size=values[0] if values else None), dtype
   jacobi = {'jacobi_init': init or 'pad'} if name in ('pj', 'pgj', 'hgj') else {}
   if name in ('pgj', 'hgj'):
     block = values[0] if values else 3
@@ -75,15 +76,25 @@ class MethodResult:
 
 
 def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'):
-  """(translators by label, model_config, checkpoint step) for a workdir's checkpoint (latest, best, a step)."""
+  """(translators by label, model_config, checkpoint step) for a workdir's checkpoint (latest, best, a step).
+
+  Methods whose algorithm cannot decode the workdir's objective are left out (greedy for an interleaved
+  model, ib for an AT one), so one method list serves a comparison of AT and interleaved models; a workdir
+  that none of them can decode is an error.
+  """
   model_config = workdir_lib.load_model_config(workdir)
+  objective = workdir_lib.load_objective(workdir)
+  options = workdir_lib.load_objective_options(workdir)
+  parsed = [m for m in map(parse_method, methods) if objective in registry.get(m[1].algorithm).objectives]
+  if not parsed:
+    raise FastmtError(f'None of the methods {list(methods)} decodes {workdir} (objective {objective!r})')
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
   tokenizer = workdir_lib.load_tokenizer(workdir)
   translators = {}
-  for label, settings, dtype in map(parse_method, methods):
+  for label, settings, dtype in parsed:
     table = decode_lib.load_draft_table(workdir) if settings.jacobi_init == 'bigram' else None
     translators[label] = Translator(*precision.for_inference(model_config, params, dtype), tokenizer, settings,
-                                    draft_table=table)
+                                    draft_table=table, objective=objective, objective_options=options)
   return translators, model_config, step
 
 

@@ -73,7 +73,8 @@ def write_averaged_workdir(workdir: str, output: str, params, steps) -> None:
   os.makedirs(output, exist_ok=True)
   for name in (workdir_lib.MODEL_CONFIG_FILE, workdir_lib.TRAIN_CONFIG_FILE, workdir_lib.TOKENIZER_FILE):
     shutil.copyfile(os.path.join(workdir, name), os.path.join(output, name))
-  workdir_lib.save_objective(output, workdir_lib.load_objective(workdir))
+  workdir_lib.save_objective(output, workdir_lib.load_objective(workdir),
+                            workdir_lib.load_objective_options(workdir))
   manager = workdir_lib.checkpoint_manager(output)
   manager.save(steps[-1], args=ocp.args.StandardSave({'params': params}))
   manager.wait_until_finished()

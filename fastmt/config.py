@@ -19,10 +19,15 @@ class ModelConfig:
   dropout_rate: float = 0.0
   max_length: int = 128  # longest source or target in tokens, EOS included
   dtype: str = 'float32'  # activation dtype; parameters stay float32
+  # Learned direction embeddings added to the decoder inputs (IMDecoder, Eq. 10): the number of directions,
+  # 0 = none (every other model; checkpoints from before the field load unchanged).
+  num_directions: int = 0
 
   def __post_init__(self):
     if self.emb_dim % self.num_heads or self.emb_dim % 2:
       raise FastmtError(f'emb_dim {self.emb_dim} must be even and divisible by num_heads {self.num_heads}')
+    if self.num_directions < 0:
+      raise FastmtError(f'num_directions must be >= 0, got {self.num_directions}')
 
   @property
   def head_dim(self) -> int:

@@ -131,7 +131,8 @@ def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | 
       logging.warning('%s: using the dense projection for this direction', e)
   model_config, params = precision.for_inference(model_config, params, dtype)
   draft_table = load_draft_table(workdir) if settings.jacobi_init == 'bigram' else None
-  return Translator(model_config, params, tokenizer, settings, clusters, draft_table, objective)
+  return Translator(model_config, params, tokenizer, settings, clusters, draft_table, objective,
+                    objective_options=workdir_lib.load_objective_options(workdir))
 
 
 def translate_stream(translator: Translator, lines, write, batch_size: int = 32, total: int | None = None,

@@ -98,12 +98,28 @@ class Transformer(nn.Module):
     self.decoder_layers = [DecoderLayer(cfg, name=f'decoder_{i}') for i in range(cfg.num_decoder_layers)]
     self.decoder_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
     self.dropout = nn.Dropout(cfg.dropout_rate)
+    if cfg.num_directions:
+      self.direction_embed = nn.Embed(cfg.num_directions, cfg.emb_dim,
+                                      embedding_init=nn.initializers.normal(stddev=cfg.emb_dim**-0.5))
 
-  def _embed(self, tokens, positions, deterministic):
+  def _embed(self, tokens, positions, deterministic, directions=None):
     cfg = self.config
     x = self.embed(tokens) * jnp.sqrt(cfg.emb_dim).astype(jnp.float32)
     x = x + sinusoidal_positions(positions, cfg.emb_dim)
+    if directions is not None:
+      x = x + self.direction_embed(directions) * jnp.sqrt(cfg.emb_dim).astype(jnp.float32)
     return self.dropout(x.astype(cfg.jnp_dtype), deterministic=deterministic)
+
+  def _decoder_directions(self, tokens, directions):
+    """The direction ids the decoder embeds: required by a model with direction embeddings, else ignored."""
+    if not self.config.num_directions:
+      return None
+    if directions is None and self.is_initializing():
+      return jnp.zeros_like(tokens)  # model.init(rng, source, target) builds the table too
+    if directions is None:
+      raise ValueError(f'this model has {self.config.num_directions} direction embeddings: decoder calls need '
+                       'directions [B, T]')
+    return directions
 
   def encode(self, source, deterministic: bool = True):
     """source int [B, S] (PAD=0) -> encoded [B, S, E]."""
@@ -120,7 +136,7 @@ class Transformer(nn.Module):
     return {'k': tuple(k for k, _ in kvs), 'v': tuple(v for _, v in kvs), 'mask': source != PAD_ID}
 
   def decode(self, tokens, positions, self_mask, memory: Memory, cache: Cache | None = None,
-             write_offsets=None, deterministic: bool = True, return_logits: bool = True):
+             write_offsets=None, deterministic: bool = True, return_logits: bool = True, directions=None):
     """One decoder call over T target positions.
 
     Args:
@@ -130,10 +146,11 @@ class Transformer(nn.Module):
       cache: optional self-attention cache; tokens' keys/values are written at write_offsets [B].
       return_logits: False skips the tied output projection (logits None) for callers that project the
         hidden states themselves (the clustered projection).
+      directions: int [B, T] direction ids, for models with direction embeddings (config.num_directions).
     Returns:
       logits float32 [B, T, V], hidden [B, T, E] (final-LayerNorm output), updated cache (or None).
     """
-    x = self._embed(tokens, positions, deterministic)
+    x = self._embed(tokens, positions, deterministic, self._decoder_directions(tokens, directions))
     cross_mask = memory['mask'][:, None, :]
     new_k, new_v = [], []
     for i, layer in enumerate(self.decoder_layers):
@@ -148,7 +165,8 @@ class Transformer(nn.Module):
     new_cache = None if cache is None else {'k': tuple(new_k), 'v': tuple(new_v)}
     return logits, hidden, new_cache
 
-  def __call__(self, source, decoder_input, positions=None, self_mask=None, deterministic: bool = True):
+  def __call__(self, source, decoder_input, positions=None, self_mask=None, deterministic: bool = True,
+               directions=None):
     """Teacher-forced training pass: logits [B, T, V] for decoder_input [B, T].
 
     positions int [B, T] and self_mask bool [B or 1, T, T] come from the training objective
@@ -160,5 +178,6 @@ class Transformer(nn.Module):
       positions = jnp.broadcast_to(jnp.arange(decoder_input.shape[1]), decoder_input.shape)
     if self_mask is None:
       self_mask = causal_mask(decoder_input.shape[1])
-    logits, _, _ = self.decode(decoder_input, positions, self_mask, memory, deterministic=deterministic)
+    logits, _, _ = self.decode(decoder_input, positions, self_mask, memory, deterministic=deterministic,
+                               directions=directions)
     return logits

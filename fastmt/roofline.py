@@ -77,7 +77,7 @@ def floor_ms_per_token(config: ModelConfig, source_length: int, target_length: i
           'compute_floor_ms': compute_ms, 'floor_ms_per_token': max(memory_ms, compute_ms)}
 
 
-def step_cost_curve(config: ModelConfig, params, widths=(1, 2, 3, 5, 8, 16, 32, 64), batch_size: int = 1,
+def step_cost_curve(config: ModelConfig, params, widths=(1, 2, 3, 4, 5, 8, 16, 32, 64), batch_size: int = 1,
                     source_length: int = 40, calls: int = 32, repeats: int = 5) -> dict[int, float]:
   """Milliseconds per decoder call with n new positions (batch_size rows), inside one compiled loop.
 

@@ -28,6 +28,7 @@ from fastmt.config import ModelConfig
 from fastmt.errors import FastmtError
 from fastmt.data import pipeline
 from fastmt.data.tokenizer import PAD_ID
+from fastmt.decoding import registry
 from fastmt.translate import DecodeSettings, Translator
 from fastmt.workdir import MODEL_CONFIG_FILE, TRAIN_CONFIG_FILE
 
@@ -105,7 +106,8 @@ def train_step(state: TrainState, batch, label_smoothing: float, objective_fn=ob
 
   def loss_fn(params):
     logits = state.apply_fn({'params': params}, inputs.source, inputs.decoder_input, inputs.positions,
-                            inputs.self_mask, deterministic=False, rngs={'dropout': dropout_rng})
+                            inputs.self_mask, deterministic=False, directions=inputs.directions,
+                            rngs={'dropout': dropout_rng})
     sums = cross_entropy(logits, inputs.target, label_smoothing, inputs.weights)
     return sums['loss'] / jnp.maximum(sums['tokens'], 1.0), sums
 
@@ -117,7 +119,8 @@ def train_step(state: TrainState, batch, label_smoothing: float, objective_fn=ob
 
 def eval_step(params, batch, step, apply_fn, objective_fn=objectives.get('at')):
   inputs = objective_fn(batch, step)
-  logits = apply_fn({'params': params}, inputs.source, inputs.decoder_input, inputs.positions, inputs.self_mask)
+  logits = apply_fn({'params': params}, inputs.source, inputs.decoder_input, inputs.positions, inputs.self_mask,
+                    directions=inputs.directions)
   return cross_entropy(logits, inputs.target, 0.0, inputs.weights)
 
 
@@ -138,8 +141,11 @@ def check_or_save_model_config(workdir: str, model_config: ModelConfig):
       f.write(model_config.to_json())
 
 
-def validation_bleu(params, model_config, tokenizer, validation, num_sentences: int):
-  translator = Translator(model_config, params, tokenizer, DecodeSettings('greedy'))
+def validation_bleu(params, model_config, tokenizer, validation, num_sentences: int, objective: str = 'at',
+                    objective_options=None):
+  """Greedy BLEU on the first validation sentences, with the objective's own decoder (greedy or ib)."""
+  translator = Translator(model_config, params, tokenizer, DecodeSettings(registry.DEFAULT_ALGORITHM[objective]),
+                          objective=objective, objective_options=objective_options)
   sources, references = validation.sources[:num_sentences], validation.targets[:num_sentences]
   hypotheses, _ = translator.translate(sources, batch_size=32)
   return sacrebleu.corpus_bleu(hypotheses, [references]).score
@@ -155,7 +161,7 @@ def _metric_writer(workdir):
 def train_and_evaluate(config, workdir: str) -> TrainState:
   """Trains config's model in workdir, resuming from its latest checkpoint; returns the final state."""
   objective_name = config.get('objective', workdir_lib.DEFAULT_OBJECTIVE)
-  objective_fn = objectives.get(objective_name)  # an unknown name fails here, before any work
+  objective_options = objectives.options_of(config, objective_name)  # bad names and keys fail here, first
   os.makedirs(workdir, exist_ok=True)
   mesh = jax.make_mesh((jax.device_count(),), ('data',), axis_types=(jax.sharding.AxisType.Auto,))
   data_sharding = NamedSharding(mesh, P('data'))
@@ -163,7 +169,9 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   data = pipeline.load_training_data(config, workdir, batch_multiple=jax.device_count())
   model_config = ModelConfig.from_config(config.model, data.tokenizer.vocab_size)
   check_or_save_model_config(workdir, model_config)
-  workdir_lib.save_objective(workdir, objective_name)
+  objective_fn = objectives.build(objective_name, objective_options, data.tokenizer)
+  _check_objective_fits_model(objective_name, objective_options, model_config)
+  workdir_lib.save_objective(workdir, objective_name, objective_options)
   if jax.process_index() == 0:
     with open(os.path.join(workdir, TRAIN_CONFIG_FILE), 'w') as f:
       f.write(config.to_json(indent=2))
@@ -212,7 +220,8 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
       _append_history(workdir, {'step': done, **metrics})
       window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'steps': 0, 'start': time.perf_counter()}
     if done % config.eval_every_steps == 0 or done == config.num_train_steps:
-      val = _validation_metrics(state.params, state.step, jit_eval_step, data, to_device, model_config, config)
+      val = _validation_metrics(state.params, state.step, jit_eval_step, data, to_device, model_config, config,
+                                (objective_name, objective_options))
       progress.write(f'step {done}: ' + ', '.join(f'{k} {v:.3f}' for k, v in val.items()))
       _write(writer, done, val)
       _append_history(workdir, {'step': done, **val})
@@ -228,7 +237,15 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   return state
 
 
-def _validation_metrics(params, step, jit_eval_step, data, to_device, model_config, config):
+def _check_objective_fits_model(name, options, model_config):
+  """Direction embeddings exist in the model exactly when the interleaving uses them (IMDecoder)."""
+  wanted = options.get('directions', 0) if options.get('direction_embeddings') else 0
+  if model_config.num_directions != wanted:
+    raise FastmtError(f'objective {name!r} with {options} needs config.model.num_directions={wanted}, the '
+                      f'model has {model_config.num_directions}')
+
+
+def _validation_metrics(params, step, jit_eval_step, data, to_device, model_config, config, objective):
   totals = {'nll': 0.0, 'tokens': 0.0, 'correct': 0.0}
   for batch in data.validation_batches:
     sums = jit_eval_step(params, to_device(batch), step)
@@ -237,7 +254,7 @@ def _validation_metrics(params, step, jit_eval_step, data, to_device, model_conf
   metrics = {'valid_nll': totals['nll'] / totals['tokens'], 'valid_accuracy': totals['correct'] / totals['tokens']}
   if config.eval_bleu_sentences:
     metrics['valid_bleu'] = validation_bleu(params, model_config, data.tokenizer, data.validation,
-                                            config.eval_bleu_sentences)
+                                            config.eval_bleu_sentences, *objective)
   return metrics
 
 

@@ -31,11 +31,12 @@ import numpy as np
 
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from fastmt import models, projection
+from fastmt import models, objectives, projection
 from fastmt.config import ModelConfig
 from fastmt.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from fastmt.decoding import registry
 from fastmt.decoding.greedy import DecodeOutput
+from fastmt.decoding.interleaving import Interleaving
 from fastmt.errors import FastmtError
 
 SOURCE_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
@@ -44,14 +45,20 @@ SOURCE_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 @dataclasses.dataclass(frozen=True)
 class DecodeSettings:
   algorithm: str = 'greedy'
-  beam_size: int = 4
+  beam_size: int | None = None  # None = the algorithm's default (beam: 4; ib: 1 = greedy)
   alpha: float = 0.6  # beam search length penalty
   block_size: int = 3  # Jacobi PGJ/HGJ block size b
   parallel_length: int = 0  # HGJ parallel length l; 0 = the output cap
   output_length_ratio: float = 2.0  # a sentence's output cap = min(max_length, ceil(ratio * source tokens) + 8)
   jacobi_init: str = 'pad'  # Jacobi guesses for new positions: 'pad' (the paper's) or 'bigram' (a draft table)
+  # The factorisation of an interleaved model (--algorithm ib): read from its work directory by Translator,
+  # never set by hand (decoding with another (h, c) than the model learnt would be meaningless).
+  interleaving: Interleaving | None = None
+  dedup_ngram: int = 0  # --algorithm ib: remove immediately repeated n-grams up to this n (0 = off; Figure 4)
 
   def __post_init__(self):
+    if self.beam_size is None:
+      object.__setattr__(self, 'beam_size', registry.get(self.algorithm).default_beam_size)
     registry.validate(self)
 
 
@@ -74,9 +81,9 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None):
 
   clusters: a projection.Clusters to use the clustered output projection instead of the dense one.
   """
-  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, directions=None):
     logits, hidden, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache,
-                                        write_offsets, return_logits=clusters is None,
+                                        write_offsets, return_logits=clusters is None, directions=directions,
                                         method=models.Transformer.decode)
     if clusters is not None:
       logits, _ = projection.clustered_logits(hidden, params['embed']['embedding'], clusters)
@@ -131,17 +138,25 @@ class Translator:
 
   objective: the training objective of the model (fastmt.workdir.load_objective); an algorithm that cannot
     decode it is an error here, before any work.
+  objective_options: that objective's recorded options (fastmt.workdir.load_objective_options): an
+    interleaved model's (h, c), positions and mask, which --algorithm ib decodes with.
   mesh: where batches run; default every local device (data parallel).
   """
 
   def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings(),
-               clusters=None, draft_table=None, objective: str = 'at', mesh=None):
+               clusters=None, draft_table=None, objective: str = 'at', mesh=None, objective_options=None):
     if tokenizer.vocab_size != config.vocab_size:
       raise FastmtError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
     if clusters is not None and clusters.vocab_size != config.vocab_size:
       raise FastmtError(f'clusters were built for a {clusters.vocab_size}-token vocabulary, the model has '
                         f'{config.vocab_size}')
     registry.check_objective(settings.algorithm, objective)
+    if objective == 'interleaved':
+      layout = objectives.interleaving_from(objective_options).with_start_ids(tokenizer)
+      if layout.direction_embeddings and config.num_directions != layout.directions:
+        raise FastmtError(f'the model has {config.num_directions} direction embeddings, its interleaving '
+                          f'{layout.directions} directions')
+      settings = dataclasses.replace(settings, interleaving=layout)
     self.config, self.tokenizer, self.settings, self.objective = config, tokenizer, settings, objective
     if settings.jacobi_init == 'bigram' and draft_table is None:
       raise FastmtError("jacobi_init='bigram' needs a draft table (decode_lib.load_draft_table(workdir))")

@@ -66,19 +66,32 @@ def load_objective(workdir: str) -> str:
     return json.load(f)['objective']
 
 
-def save_objective(workdir: str, objective: str) -> None:
-  """Records the objective; resuming a workdir with another objective is an error (fine-tune into a new one)."""
+def load_objective_options(workdir: str) -> dict:
+  """The objective's recorded options (an interleaved model's (h, c) ...); {} when it has none."""
   path = os.path.join(workdir, OBJECTIVE_FILE)
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f).get('options', {})
+
+
+def save_objective(workdir: str, objective: str, options: dict | None = None) -> None:
+  """Records the objective and its options; resuming a workdir with another objective or other options is
+  an error (fine-tune into a new one)."""
+  path = os.path.join(workdir, OBJECTIVE_FILE)
+  options = dict(options or {})
   if os.path.exists(path):
-    saved = load_objective(workdir)
-    if saved != objective:
-      raise FastmtError(f'{workdir} was trained with objective {saved!r}, not {objective!r}; use a new --workdir '
-                        '(fine-tuning starts from the old one with --config.init_from)')
+    saved, saved_options = load_objective(workdir), load_objective_options(workdir)
+    if (saved, saved_options) != (objective, options):
+      raise FastmtError(f'{workdir} was trained with objective {saved!r} {saved_options}, not {objective!r} '
+                        f'{options}; use a new --workdir (fine-tuning starts from the old one with '
+                        '--config.init_from)')
     return
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
+    record = {'objective': objective, **({'options': options} if options else {})}
     with open(path, 'w') as f:
-      json.dump({'objective': objective}, f)
+      json.dump(record, f, indent=2, sort_keys=True)
 
 
 def checkpoint_manager(workdir: str, max_to_keep: int | None = None, best: bool = False) -> ocp.CheckpointManager:

@@ -8,7 +8,7 @@ family need an autoregressive ('at') model.
 import dataclasses
 from typing import Any, Callable
 
-from fastmt.decoding import beam, greedy, jacobi
+from fastmt.decoding import beam, greedy, interleaved, jacobi
 from fastmt.errors import FastmtError
 
 
@@ -21,11 +21,30 @@ class Algorithm:
   expand: Callable[[Any, Any], Any] = lambda tree, settings: tree  # per-sentence -> per-row pytree
   check: Callable[[Any], None] = lambda settings: None  # raises FastmtError on bad settings
   objectives: tuple[str, ...] = ('at',)  # training objectives whose models this algorithm decodes
+  default_beam_size: int = 1  # beam size when the caller gives none
 
 
 def _check_beam(settings):
   if settings.beam_size < 1:
     raise FastmtError(f'beam_size must be >= 1, got {settings.beam_size}')
+
+
+def _check_interleaved(settings):
+  _check_beam(settings)
+  if settings.dedup_ngram < 0:
+    raise FastmtError(f'dedup_ngram must be >= 0 (0 = off), got {settings.dedup_ngram}')
+
+
+def _interleaved(step_fn, cache, batch, max_len, s, _, caps):
+  if s.interleaving is None:
+    raise FastmtError('--algorithm ib needs the model\'s interleaving (h, c), read from its work directory')
+  if s.beam_size == 1:
+    out = interleaved.interleaved_greedy(step_fn, cache, batch, max_len, s.interleaving, caps)
+  else:
+    out = interleaved.interleaved_beam(step_fn, cache, batch, s.beam_size, max_len, s.interleaving, s.alpha, caps)
+  if s.dedup_ngram:
+    out = out.replace(tokens=interleaved.dedup_repeats(out.tokens, s.dedup_ngram))
+  return out
 
 
 JACOBI_INITS = ('pad', 'bigram')
@@ -65,7 +84,14 @@ ALGORITHMS = {
             step_fn, cache, batch, s.beam_size, max_len, s.alpha, caps),
         rows_per_sentence=lambda s: s.beam_size,
         expand=lambda tree, s: beam.expand_to_beams(tree, s.beam_size),
-        check=_check_beam),
+        check=_check_beam, default_beam_size=4),
+    # Interleaved models (IBDecoder, SA, IB+SA, IMDecoder): greedy at beam_size 1, Algorithm 1 above it.
+    'ib': Algorithm(
+        run=_interleaved,
+        rows_per_sentence=lambda s: s.beam_size,
+        cache_length=lambda max_len, s: -(-max_len // s.interleaving.slots) * s.interleaving.slots,
+        expand=lambda tree, s: beam.expand_to_beams(tree, s.beam_size) if s.beam_size > 1 else tree,
+        check=_check_interleaved, objectives=('interleaved',)),
     'pj': Algorithm(
         run=lambda step_fn, cache, batch, max_len, s, table, caps: jacobi.pj_decode(
             step_fn, cache, batch, max_len, initializer=_initializer(s, table), row_caps=caps),
@@ -89,6 +115,10 @@ def get(name: str) -> Algorithm:
 
 def validate(settings) -> None:
   get(settings.algorithm).check(settings)
+
+
+# The algorithm that validation BLEU and a plain decode use for each objective's models.
+DEFAULT_ALGORITHM = {'at': 'greedy', 'interleaved': 'ib'}
 
 
 def check_objective(algorithm: str, objective: str) -> None:

@@ -16,8 +16,9 @@ from typing import Callable
 import flax.struct
 import jax
 
+from fastmt.decoding.interleaving import Interleaving
 from fastmt.errors import FastmtError
-from fastmt.objectives import autoregressive
+from fastmt.objectives import autoregressive, interleaved
 
 
 @flax.struct.dataclass
@@ -29,16 +30,62 @@ class DecoderBatch:
   self_mask: jax.Array  # bool [B or 1, T, T]: which decoder inputs each input may attend to
   target: jax.Array  # int32 [B, T]: the token to predict at each input
   weights: jax.Array  # float32 [B, T]: loss weight of each prediction (0 = not scored)
+  directions: jax.Array | None = None  # int32 [B, T]: direction ids (models with direction embeddings)
 
 
 Objective = Callable[[dict, jax.Array], DecoderBatch]
 
-OBJECTIVES: dict[str, Objective] = {
-    'at': lambda batch, step: DecoderBatch(**autoregressive.left_to_right(batch)),
+# name -> (options, tokenizer) -> Objective. Options are the objective's own config block (config.<name>),
+# recorded with the name in the work directory because decoders need them too.
+OBJECTIVES: dict[str, Callable[..., Objective]] = {
+    'at': lambda options, tokenizer: (
+        lambda batch, step: DecoderBatch(**autoregressive.left_to_right(batch))),
+    'interleaved': lambda options, tokenizer: _interleaved(options, tokenizer),
 }
+
+# Where each objective keeps its options in a training config (config.<key>); None = it has none.
+OPTIONS_KEY = {'at': None, 'interleaved': 'interleaving'}
+
+
+def _interleaved(options, tokenizer) -> Objective:
+  layout = interleaving_from(options)
+  layout = layout.with_start_ids(tokenizer) if tokenizer is not None else layout
+  return lambda batch, step: DecoderBatch(**interleaved.reordered_batch(batch, layout))
+
+
+def interleaving_from(options) -> Interleaving:
+  """The Interleaving of an options dict (config.interleaving or the record); unknown keys are an error."""
+  options = dict(options or {})
+  known = set(Interleaving().record())
+  unknown = sorted(set(options) - known)
+  if unknown:
+    raise FastmtError(f'Unknown interleaving keys {unknown}; known keys: {sorted(known)}')
+  return Interleaving(**options)
+
+
+def check_name(name: str) -> None:
+  if name not in OBJECTIVES:
+    raise FastmtError(f'Unknown training objective {name!r}; choose one of {sorted(OBJECTIVES)}')
+
+
+def options_of(config, name: str) -> dict:
+  """The objective's options from a training config, as a plain dict (checked by building them)."""
+  check_name(name)
+  key = OPTIONS_KEY[name]
+  if key is None:
+    return {}
+  options = dict(config.get(key) or {})
+  if name == 'interleaved':
+    options = interleaving_from(options).record()  # validated, defaults filled in
+  return options
+
+
+def build(name: str, options: dict | None = None, tokenizer=None) -> Objective:
+  """The objective `name` with its options; tokenizer resolves reserved start symbols where needed."""
+  check_name(name)
+  return OBJECTIVES[name](options, tokenizer)
 
 
 def get(name: str) -> Objective:
-  if name not in OBJECTIVES:
-    raise FastmtError(f'Unknown training objective {name!r}; choose one of {sorted(OBJECTIVES)}')
-  return OBJECTIVES[name]
+  """An objective without options (the autoregressive one)."""
+  return build(name)

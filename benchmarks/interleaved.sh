@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The interleaved-decoder table (issue [ib]) end to end on en->de, on CPU or one GPU:
+#   teacher (an existing work directory, or trained here) -> beam-4 distillation of the training split ->
+#   AT, IB (2,1), SA (1,2), IB+SA (2,2), IM (4,1) on the distilled targets, AT and IB also on raw targets, and the
+#   Table 2 ablations -> each the average of its last 5 checkpoints -> one fastmt.bench run that translates the
+#   test split with every model (greedy and beam 4) and times them side by side in one process against AT-KD greedy.
+#
+#   bash benchmarks/interleaved.sh                                   # every stage, the quickstart's 2400 steps
+#   STEPS=800 bash benchmarks/interleaved.sh                          # a shorter equal budget for every row (CPU)
+#   TEACHER=runs/quickstart STAGES="distill students eval" bash benchmarks/interleaved.sh   # reuse a teacher
+#   STEPS=5000 TOKENS=8192 PARALLEL=1 SHAPE=e6d1 bash benchmarks/interleaved.sh           # one GPU, student shape
+#
+# Resumable: train.py resumes each row from its last checkpoint, distillation from its last chunk, a finished
+# row (its _avg5 directory exists) is skipped. Run directories: RUNS (default runs/interleaved).
+#
+# Environment: RUNS, TEACHER (a work directory; default: train configs/quickstart.py into RUNS/teacher), STEPS
+# (optimiser steps per row; 0 = the config's own), TOKENS (padded tokens per side per batch; 0 = the config's),
+# SHAPE (quickstart | e6d1 | e12d1), ROWS (names below), PARALLEL (1 = train the rows at once: a large GPU),
+# EXTRA (more --config overrides for every row), PY, BENCH_FLAGS (more fastmt.bench flags).
+set -euo pipefail
+PY=${PY:-python}
+RUNS=${RUNS:-runs/interleaved}
+TEACHER=${TEACHER:-$RUNS/teacher}
+STEPS=${STEPS:-0}
+TOKENS=${TOKENS:-0}
+SHAPE=${SHAPE:-quickstart}
+EXTRA=${EXTRA:-}
+BENCH_FLAGS=${BENCH_FLAGS:-}
+STAGES=${STAGES:-teacher distill students eval}
+# name:factorisation:targets (configs/interleaved.py:<factorisation>; targets raw | kd). KD rows first: on a
+# slow machine the table's core is done before the raw comparison and the ablations.
+ROWS=${ROWS:-at_kd:at:kd ib_kd:ib:kd sa_kd:sa:kd ib_sa_kd:ib_sa:kd im_kd:im:kd at_raw:at:raw ib_raw:ib:raw \
+ib_vanilla_mask_raw:ib_vanilla_mask:raw ib_vanilla_positions_raw:ib_vanilla_positions:raw}
+mkdir -p "$RUNS"
+
+sized() {  # the overrides every row shares: step budget (checkpoints scaled to it), batch size, EXTRA
+  local flags=()
+  if [[ $STEPS -gt 0 ]]; then
+    flags+=(--config.num_train_steps="$STEPS" --config.checkpoint_every_steps=$(( (STEPS + 19) / 20 ))
+            --config.eval_every_steps="$STEPS" --config.max_checkpoints_to_keep=5)
+  fi
+  if [[ $TOKENS -gt 0 ]]; then flags+=(--config.tokens_per_batch="$TOKENS"); fi
+  echo "${flags[@]}" "$EXTRA"
+}
+
+has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+
+if has_stage teacher && [[ ! -d $TEACHER/checkpoints ]]; then
+  $PY train.py --config configs/quickstart.py --workdir "$TEACHER"
+fi
+
+if has_stage distill; then
+  $PY -m fastmt.distill --teacher "$TEACHER" --output_dir "$RUNS/kd_en_de" --beam_size 4 --batch_size 32
+fi
+
+train_row() {  # train_row NAME FACTORISATION TARGETS
+  local name=$1 factorisation=$2 targets=$3 data=()
+  if [[ -d $RUNS/${name}_avg5 ]]; then echo "$name: done ($RUNS/${name}_avg5)"; return; fi
+  case $targets in
+    raw) ;;
+    kd) data=(--config.dataset.distilled_dir="$RUNS/kd_en_de" --config.dataset.p_raw=0.0) ;;
+    *) echo "unknown targets '$targets' for $name" >&2; return 2 ;;
+  esac
+  local shape=""
+  if [[ $SHAPE != quickstart ]]; then shape=",$SHAPE"; fi
+  # shellcheck disable=SC2046
+  $PY train.py --config "configs/interleaved.py:$factorisation$shape" --workdir "$RUNS/$name" "${data[@]}" \
+    $(sized)
+  $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
+  mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
+}
+
+if has_stage students; then
+  pids=()
+  for spec in $ROWS; do
+    IFS=: read -r name factorisation targets <<< "$spec"
+    if [[ ${PARALLEL:-0} == 1 ]]; then
+      train_row "$name" "$factorisation" "$targets" > "$RUNS/$name.log" 2>&1 &
+      pids+=($!)
+    else
+      train_row "$name" "$factorisation" "$targets"
+    fi
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+fi
+
+if has_stage eval; then
+  # Every finished row, side by side in one process, against AT-KD greedy (the baseline of every speed-up).
+  compare=()
+  for spec in $ROWS; do
+    name=${spec%%:*}
+    if [[ $name != at_kd && -d $RUNS/${name}_avg5 ]]; then compare+=("$RUNS/${name}_avg5"); fi
+  done
+  # shellcheck disable=SC2086
+  $PY -m fastmt.bench --workdir "$RUNS/at_kd_avg5" --split test --methods greedy,beam:4,ib,ib:4 \
+    --compare "$(IFS=,; echo "${compare[*]}")" --exactness_at_batch1=false --output_dir "$RUNS/eval" $BENCH_FLAGS
+  $PY benchmarks/interleaved_table.py --runs "$RUNS" --eval_dir "$RUNS/eval" | tee "$RUNS/eval/interleaved.md"
+fi

@@ -1,0 +1,231 @@
+"""Decoding interleaved models (IBDecoder, SA, IB+SA, IMDecoder): z = h * c words per decoder call.
+
+Spec: ../shared/papers/interleaved-bidirectional-decoder.txt, Section 4.2 and Algorithm 1. The reordered
+layout, positions, mask and the recovery of the natural order live in interleaving.py; here are the two
+searches, each one `lax.while_loop`:
+
+* greedy: each step feeds the z words of the previous step (the z start symbols first) at their slots'
+  positions, writes their keys/values to the KV cache, and takes the argmax of every slot; a row stops at the
+  first step with an EOS in any slot (or at its own cap).
+* beam (Algorithm 1): each live hypothesis proposes the top B words of every slot; the B^z combinations are
+  pruned to B by adding the slots one at a time and keeping the B best partial sums (exact: a combination in
+  the final top B has every prefix in that prefix's top B), then the B x B continuations of a sentence are
+  ranked as in fastmt's beam search (a continuation is finished when any of its z words is EOS, scored by
+  its log-probability over a GNMT penalty of the t = steps * z words generated, Algorithm 1's s_t / t with
+  the usual alpha), and the best finished hypothesis is put back in natural order.
+
+Both return DecodeOutput in natural order (words, EOS, PAD), so translate.py treats them as any decoder.
+"""
+
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from fastmt.decoding import interleaving as order
+from fastmt.decoding.beam import _LOW, _gather_beams, _gather_cache, length_penalty
+from fastmt.decoding.greedy import DecodeOutput, row_limits
+from fastmt.decoding.step import EOS_ID, PAD_ID, DecoderStepFn
+
+
+def _check_cache(cache, layout: order.Interleaving, max_length: int) -> int:
+  cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
+  needed = layout.steps_for(max_length) * layout.slots
+  if cache_length < needed:
+    raise ValueError(f'cache has {cache_length} slots, the interleaved decoder needs {needed} '
+                     f'(ceil(max_length / z) * z)')
+  return cache_length
+
+
+def _call(step_fn, layout: order.Interleaving, current, step, cache, cache_length: int):
+  """One decoder call over the z slots of `step` for every row: logits [R, z, V] and the cache."""
+  rows, z = current.shape
+  num_steps = cache_length // z
+  offsets = jnp.full((rows,), step * z, jnp.int32)
+  positions = jax.lax.dynamic_slice_in_dim(order.positions(layout, num_steps), step * z, z)
+  mask = order.self_mask(layout, z, cache_length, query_offset=step * z)
+  extra = {}
+  if layout.direction_embeddings:
+    directions = jax.lax.dynamic_slice_in_dim(order.directions(layout, num_steps), step * z, z)
+    extra['directions'] = jnp.broadcast_to(directions, (rows, z))
+  return step_fn(current, jnp.broadcast_to(positions, (rows, z)), jnp.broadcast_to(mask, (rows,) + mask.shape),
+                 cache, offsets, **extra)
+
+
+def _natural_order(layout, reordered, caps, max_length):
+  """Recovered words, EOS, PAD [B, max_length], each row cut at its own cap."""
+  tokens = order.recover(layout, reordered, max_length)
+  return jnp.where(jnp.arange(max_length)[None, :] < caps[:, None], tokens, PAD_ID)
+
+
+@flax.struct.dataclass
+class _GreedyState:
+  step: jax.Array  # int32 []: decoder calls so far
+  tokens: jax.Array  # int32 [B, S * z]: reordered outputs
+  current: jax.Array  # int32 [B, z]: the inputs of the next call
+  done: jax.Array  # bool [B]
+  calls: jax.Array  # int32 [B]
+  cache: Any
+
+
+def interleaved_greedy(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_length: int,
+                       layout: order.Interleaving, row_caps: jax.Array | None = None) -> DecodeOutput:
+  """Greedy interleaved decoding of up to max_length tokens (EOS included) per row, z words per call.
+
+  layout must carry its start ids (Interleaving.with_start_ids). The cache needs ceil(max_length / z) * z
+  slots. A row's step cap is ceil(cap / z); its output is cut to its cap in natural order.
+  """
+  z = layout.slots
+  cache_length = _check_cache(cache, layout, max_length)
+  num_steps = layout.steps_for(max_length)
+  caps = row_limits(batch_size, max_length, row_caps)
+  step_caps = -(-caps // z)
+  starts = jnp.broadcast_to(jnp.asarray(layout.start_ids, jnp.int32), (batch_size, z))
+  state = _GreedyState(jnp.int32(0), jnp.full((batch_size, num_steps * z), PAD_ID, jnp.int32), starts,
+                       step_caps <= 0, jnp.zeros((batch_size,), jnp.int32), cache)
+
+  def not_finished(state):
+    return (state.step < num_steps) & ~state.done.all()
+
+  def advance(state):
+    logits, cache = _call(step_fn, layout, state.current, state.step, state.cache, cache_length)
+    words = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B, z]
+    words = jnp.where(state.done[:, None], PAD_ID, words)
+    tokens = jax.lax.dynamic_update_slice_in_dim(state.tokens, words, state.step * z, axis=1)
+    calls = state.calls + (~state.done).astype(jnp.int32)
+    done = state.done | (words == EOS_ID).any(-1) | (state.step + 1 >= step_caps)
+    return _GreedyState(state.step + 1, tokens, words, done, calls, cache)
+
+  state = jax.lax.while_loop(not_finished, advance, state)
+  return DecodeOutput(_natural_order(layout, state.tokens, caps, max_length), state.calls, state.step)
+
+
+def prune_outer_sum(slot_scores: jax.Array, slot_words: jax.Array, beam_size: int):
+  """The beam_size best combinations of one word per slot (Algorithm 1, lines 10-14).
+
+  Args:
+    slot_scores: float [..., z, K] log-probabilities of each slot's top K words; slot_words: int [..., z, K].
+  Returns:
+    scores [..., beam_size] (sums over the slots, best first), words int [..., beam_size, z].
+  """
+  z = slot_scores.shape[-2]
+  scores = slot_scores[..., 0, :beam_size]
+  words = slot_words[..., 0, :beam_size, None]
+  for j in range(1, z):
+    sums = scores[..., :, None] + slot_scores[..., j, None, :]  # [..., K, K]
+    flat = sums.reshape(sums.shape[:-2] + (-1,))
+    scores, index = jax.lax.top_k(flat, min(beam_size, flat.shape[-1]))
+    width = slot_scores.shape[-1]
+    previous, new = index // width, index % width
+    words = jnp.concatenate([jnp.take_along_axis(words, previous[..., None], axis=-2),
+                             jnp.take_along_axis(slot_words[..., j, :], new, axis=-1)[..., None]], axis=-1)
+  return scores, words
+
+
+@flax.struct.dataclass
+class _BeamState:
+  step: jax.Array
+  live_seqs: jax.Array  # int32 [B, K, S * z] reordered
+  live_scores: jax.Array  # float32 [B, K]
+  finished_seqs: jax.Array  # int32 [B, K, S * z]
+  finished_scores: jax.Array  # float32 [B, K], length-normalised
+  num_finished: jax.Array  # int32 [B]
+  calls: jax.Array  # int32 [B]
+  cache: Any  # leaves [B * K, ...]
+
+
+def interleaved_beam(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: int, max_length: int,
+                     layout: order.Interleaving, alpha: float = 0.6,
+                     row_caps: jax.Array | None = None) -> DecodeOutput:
+  """Algorithm 1: beam search with z words per step; cache and step_fn on batch_size * beam_size rows."""
+  n, k, z = batch_size, beam_size, layout.slots
+  cache_length = _check_cache(cache, layout, max_length)
+  num_steps = layout.steps_for(max_length)
+  caps = row_limits(n, max_length, row_caps)
+  step_caps = -(-caps // z)
+  seqs = jnp.full((n, k, num_steps * z), PAD_ID, jnp.int32)
+  live_scores = jnp.tile(jnp.array([0.0] + [_LOW] * (k - 1), jnp.float32), (n, 1))
+  num_finished = jnp.where(step_caps <= 0, k, 0).astype(jnp.int32)
+  state = _BeamState(jnp.int32(0), seqs, live_scores, seqs, jnp.full((n, k), _LOW, jnp.float32), num_finished,
+                     jnp.zeros((n,), jnp.int32), cache)
+  starts = jnp.broadcast_to(jnp.asarray(layout.start_ids, jnp.int32), (n * k, z))
+
+  def not_finished(state):
+    return (state.step < num_steps) & (state.num_finished < k).any()
+
+  def advance(state):
+    previous = jax.lax.dynamic_slice_in_dim(state.live_seqs, jnp.maximum(state.step - 1, 0) * z, z, axis=2)
+    current = jnp.where(state.step == 0, starts, previous.reshape(n * k, z))
+    logits, cache = _call(step_fn, layout, current, state.step, state.cache, cache_length)
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(n, k, z, -1)
+    slot_scores, slot_words = jax.lax.top_k(log_probs, k)  # [n, k, z, k]
+    step_scores, step_words = prune_outer_sum(slot_scores, slot_words.astype(jnp.int32), k)  # [n,k,k], [n,k,k,z]
+    candidates = (state.live_scores[:, :, None] + step_scores).reshape(n, k * k)
+    top_scores, top_ids = jax.lax.top_k(candidates, 2 * k)  # [n, 2k]
+    top_beams = top_ids // k
+    top_words = jnp.take_along_axis(step_words.reshape(n, k * k, z), top_ids[..., None], axis=1)  # [n, 2k, z]
+    top_seqs = _gather_beams(state.live_seqs, top_beams)
+    top_seqs = jax.lax.dynamic_update_slice_in_dim(top_seqs, top_words, state.step * z, axis=2)
+    is_end = (top_words == EOS_ID).any(-1)  # Algorithm 1, line 17: any word of the step is EOS
+    done = state.num_finished >= k
+    penalty = length_penalty((state.step + 1) * z, alpha)
+
+    rank = jnp.arange(2 * k)[None, :]
+    newly_finished = is_end & (rank < k) & (top_scores > _LOW / 2) & ~done[:, None]
+    pool_scores = jnp.concatenate([state.finished_scores, jnp.where(newly_finished, top_scores / penalty, _LOW)], 1)
+    finished_scores, keep = jax.lax.top_k(pool_scores, k)
+    finished_seqs = _gather_beams(jnp.concatenate([state.finished_seqs, top_seqs], axis=1), keep)
+    num_finished = jnp.minimum(k, state.num_finished + newly_finished.sum(-1).astype(jnp.int32))
+
+    live_scores, live_rank = jax.lax.top_k(jnp.where(is_end, _LOW, top_scores), k)
+    live_seqs = _gather_beams(top_seqs, live_rank)
+    cache = _gather_cache(cache, _gather_beams(top_beams, live_rank), n, k)
+
+    at_cap = (state.step + 1 >= step_caps) & ~done
+    capped = at_cap[:, None] & (live_scores > _LOW / 2)
+    pool_scores = jnp.concatenate([finished_scores, jnp.where(capped, live_scores / penalty, _LOW)], 1)
+    finished_scores, keep = jax.lax.top_k(pool_scores, k)
+    finished_seqs = _gather_beams(jnp.concatenate([finished_seqs, live_seqs], axis=1), keep)
+    num_finished = jnp.where(at_cap, k, num_finished)
+
+    keep_old = lambda new, old: jnp.where(done.reshape((n,) + (1,) * (new.ndim - 1)), old, new)
+    return _BeamState(state.step + 1, keep_old(live_seqs, state.live_seqs),
+                      keep_old(live_scores, state.live_scores), keep_old(finished_seqs, state.finished_seqs),
+                      keep_old(finished_scores, state.finished_scores), num_finished,
+                      state.calls + (~done).astype(jnp.int32), cache)
+
+  state = jax.lax.while_loop(not_finished, advance, state)
+  best = jnp.argmax(state.finished_scores, axis=1)
+  reordered = _gather_beams(state.finished_seqs, best[:, None])[:, 0]
+  return DecodeOutput(_natural_order(layout, reordered, caps, max_length), state.calls, state.step)
+
+
+def dedup_repeats(tokens: jax.Array, max_n: int) -> jax.Array:
+  """Removes immediately repeated n-grams (n = 1 .. max_n) from natural-order outputs [B, L] (words, EOS, PAD).
+
+  The paper's optional deduplication (Figure 4): words predicted independently in one step, or by two
+  directions meeting in the middle, can repeat ("the the", "in the in the"); each word is appended, then the
+  last n words are dropped while they equal the n before them. An EOS stays after the kept words.
+  """
+  length_max = tokens.shape[1]
+
+  def row(words):
+    def body(carry, word):
+      buf, length, ended = carry
+      is_word = (word != EOS_ID) & (word != PAD_ID) & ~ended
+      buf = jnp.where(is_word, buf.at[jnp.minimum(length, length_max - 1)].set(word), buf)
+      length = length + is_word.astype(jnp.int32)
+      for n in range(1, max_n + 1):
+        index = jnp.arange(n)
+        last = buf[jnp.clip(length - n + index, 0, length_max - 1)]
+        before = buf[jnp.clip(length - 2 * n + index, 0, length_max - 1)]
+        length = jnp.where(is_word & (length >= 2 * n) & (last == before).all(), length - n, length)
+      return (buf, length, ended | (word == EOS_ID)), None
+
+    init = (jnp.zeros((length_max,), jnp.int32), jnp.int32(0), jnp.bool_(False))
+    (buf, length, ended), _ = jax.lax.scan(body, init, words)
+    position = jnp.arange(length_max)
+    return jnp.where(position < length, buf, jnp.where((position == length) & ended, EOS_ID, PAD_ID))
+
+  return jax.vmap(row)(tokens).astype(jnp.int32)

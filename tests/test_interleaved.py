@@ -1,0 +1,341 @@
+"""Interleaved decoders (IBDecoder, SA, IB+SA, IMDecoder): layouts against the paper's equations, the objective,
+greedy and Algorithm 1 beam search on stub logits with exact outputs, and cached == uncached on a real model."""
+
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import VOCAB, one_hot_logits, random_model, stub_cache, tiny_model_config
+from fastmt import models
+from fastmt.decoding import interleaving as order
+from fastmt.decoding.interleaved import interleaved_beam, interleaved_greedy, prune_outer_sum
+from fastmt.decoding.step import EOS_ID, PAD_ID
+from fastmt.errors import FastmtError
+from fastmt.objectives import interleaved as objective
+
+FACTORISATIONS = [(1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 3), (2, 3), (6, 1), (4, 2), (8, 1)]
+STARTS = lambda z: tuple(range(20, 20 + z))  # stand-in start symbol ids (not in the stub vocabulary's words)
+
+
+def layout_of(h, c, **kw):
+  return order.Interleaving(h, c, start_ids=STARTS(h * c), **kw)
+
+
+@pytest.mark.parametrize('h,c', FACTORISATIONS)
+def test_recover_inverts_reorder_for_every_length(h, c):
+  layout = layout_of(h, c)
+  lengths = np.arange(0, 41)
+  words = np.tile(np.arange(100, 141), (len(lengths), 1))  # row n: its first n entries are the sentence
+  steps = layout.steps_for(41)
+  reordered = order.reorder(layout, jnp.asarray(words), jnp.asarray(lengths), steps)
+  # Every sentence's last step holds an EOS and nothing after it is a word.
+  assert ((np.asarray(reordered) == EOS_ID).reshape(len(lengths), steps, -1).any(-1).sum(-1) == 1).all()
+  recovered = np.asarray(order.recover(layout, reordered, 45))
+  for n in lengths:
+    assert list(recovered[n]) == list(range(100, 100 + n)) + [EOS_ID] + [PAD_ID] * (44 - n), (h, c, n)
+
+
+def test_ib_order_is_eq6_and_positions_eq7():
+  layout = layout_of(2, 1)
+  y = jnp.arange(11, 16)[None]  # y1 .. y5
+  assert np.asarray(order.reorder(layout, y, jnp.array([5]), 3)).tolist() == [[11, 15, 12, 14, 13, EOS_ID]]
+  assert np.asarray(order.reorder(layout, y, jnp.array([4]), 3)).tolist() == [[11, 14, 12, 13, EOS_ID, EOS_ID]]
+  eq7 = [(-1)**(t - 1) * math.ceil(t / 2) for t in range(1, 11)]
+  assert np.asarray(order.positions(layout, 5)).tolist() == eq7
+
+
+def test_im_order_is_eq9_and_positions_eq10():
+  layout = layout_of(4, 1, positions='step', direction_embeddings=True)
+  y = jnp.arange(11, 20)[None]  # 9 words: segments [y1..y5] and [y6..y9], each IB-reordered
+  assert np.asarray(order.reorder(layout, y, jnp.array([9]), 3)).tolist() == [
+      [11, 15, 16, 19, 12, 14, 17, 18, 13, EOS_ID, EOS_ID, EOS_ID]]
+  h = 4
+  assert np.asarray(order.positions(layout, 3)).tolist() == [(t - 1) // h for t in range(1, 13)]
+  assert np.asarray(order.directions(layout, 3)).tolist() == [(t - 1) % h for t in range(1, 13)]
+
+
+def test_sa_keeps_neighbours_together():
+  layout = layout_of(2, 2)  # IB+SA: two words per direction per step
+  y = jnp.arange(11, 20)[None]
+  assert np.asarray(order.reorder(layout, y, jnp.array([9]), 3)).tolist() == [
+      [11, 12, 19, 18, 13, 14, 17, 16, 15, EOS_ID, EOS_ID, EOS_ID]]
+  assert np.asarray(order.positions(layout, 2)).tolist() == [1, 2, -1, -2, 3, 4, -3, -4]
+
+
+@pytest.mark.parametrize('h,c', [(1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (2, 3)])
+def test_mask_equals_eq4_entry_by_entry(h, c):
+  layout = layout_of(h, c)
+  size = 4 * h * c + 3
+  mask = np.asarray(order.self_mask(layout, size, size))
+  for i, j in itertools.product(range(1, size + 1), repeat=2):
+    assert mask[i - 1, j - 1] == (math.ceil(i / (h * c)) >= math.ceil(j / (h * c))), (i, j)
+  causal = np.asarray(order.self_mask(layout_of(h, c, mask='causal'), size, size))
+  assert (causal == np.tril(np.ones((size, size), bool))).all()
+
+
+@pytest.mark.parametrize('h,c', [(3, 1), (5, 2), (0, 1), (2, 0), (4, 4)])
+def test_invalid_factorisations_are_clear_errors(h, c):
+  with pytest.raises(FastmtError):
+    order.Interleaving(h, c)
+
+
+def test_objective_shifts_by_one_step_and_scores_up_to_the_eos_step():
+  layout = layout_of(2, 1)
+  target = jnp.array([[11, 12, 13, 14, 15, EOS_ID, PAD_ID], [11, EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID],
+                      [PAD_ID] * 7])
+  batch = {'source': jnp.ones((3, 4), jnp.int32), 'decoder_input': target, 'target': target}
+  fields = objective.reordered_batch(batch, layout)
+  assert fields['target'].shape == (3, 8)  # ceil(7 / 2) * 2
+  assert np.asarray(fields['target'][0]).tolist() == [11, 15, 12, 14, 13, EOS_ID, PAD_ID, PAD_ID]
+  assert np.asarray(fields['decoder_input'][0]).tolist() == [20, 21, 11, 15, 12, 14, 13, EOS_ID]
+  assert np.asarray(fields['target'][1]).tolist() == [11, EOS_ID] + [PAD_ID] * 6
+  assert np.asarray(fields['weights']).tolist() == [[1] * 6 + [0, 0], [1, 1] + [0] * 6, [0] * 8]
+  assert 'directions' not in fields
+
+
+def test_one_word_target_and_targets_shorter_than_z():
+  layout = layout_of(2, 2)  # z = 4
+  for n in range(0, 5):
+    y = jnp.arange(11, 11 + max(n, 1))[None]
+    reordered = order.reorder(layout, y, jnp.array([n]), 3)
+    assert np.asarray(order.recover(layout, reordered, 8))[0].tolist()[:n + 1] == list(range(11, 11 + n)) + [EOS_ID]
+
+
+def oracle_step(layout, reordered):
+  """A stub decoder that predicts the given reordered rows [B, S * z] at each call's slots (from the offsets)."""
+  reordered = jnp.asarray(reordered, jnp.int32)
+  z = layout.slots
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, directions=None):
+    del tokens, positions, self_mask, directions
+    index = write_offsets[:, None] + jnp.arange(z)[None, :]
+    index = jnp.minimum(index, reordered.shape[1] - 1)
+    return one_hot_logits(jnp.take_along_axis(reordered, index, axis=1)), cache
+  return step_fn
+
+
+def natural_rows(lengths, max_length):
+  rows = np.full((len(lengths), max_length), PAD_ID, np.int32)
+  for b, n in enumerate(lengths):
+    rows[b, :n] = 5 + (np.arange(n) * 3 + b) % (VOCAB - 5)
+    rows[b, n] = EOS_ID
+  return rows
+
+
+@pytest.mark.parametrize('h,c', [(1, 1), (2, 1), (1, 2), (2, 2), (4, 1)])
+def test_greedy_returns_the_oracle_sentence_and_each_row_stops_on_its_own(h, c):
+  layout = layout_of(h, c)
+  z, max_length = h * c, 20
+  lengths = [0, 1, 3, 7, 12]
+  natural = natural_rows(lengths, max_length)
+  steps = layout.steps_for(max_length)
+  reordered = order.reorder(layout, jnp.asarray(natural), jnp.asarray(lengths), steps)
+  out = interleaved_greedy(oracle_step(layout, reordered), stub_cache(5, steps * z), 5, max_length, layout)
+  assert (np.asarray(out.tokens) == natural).all()
+  assert np.asarray(out.decoder_calls).tolist() == [n // z + 1 for n in lengths]
+  assert int(out.loop_iterations) == max(lengths) // z + 1
+
+
+def test_greedy_row_caps_and_padding_rows():
+  layout = layout_of(2, 1)
+  natural = natural_rows([9, 9, 9], 20)
+  reordered = order.reorder(layout, jnp.asarray(natural), jnp.array([9, 9, 9]), 10)
+  out = interleaved_greedy(oracle_step(layout, reordered), stub_cache(3, 20), 3, 20, layout,
+                           row_caps=jnp.array([20, 4, 0]))
+  tokens = np.asarray(out.tokens)
+  assert (tokens[0] == natural[0]).all()
+  assert np.asarray(out.decoder_calls).tolist() == [5, 2, 0]
+  assert (tokens[2] == PAD_ID).all()
+  # Capped after 2 calls: the words of both directions so far, cut to the 4-token cap, no EOS.
+  assert EOS_ID not in tokens[1] and (tokens[1] != PAD_ID).sum() == 4
+
+
+def test_eos_first_in_either_direction_or_both_slots():
+  layout = layout_of(2, 1)
+  # Each direction keeps its words before its own first EOS; any EOS ends the hypothesis at that step.
+  cases = {(7, EOS_ID): [7, EOS_ID], (EOS_ID, 7): [7, EOS_ID], (EOS_ID, EOS_ID): [EOS_ID]}
+  for (left, right), expected in cases.items():
+    reordered = jnp.array([[left, right, 9, 9, 9, 9]])
+    out = interleaved_greedy(oracle_step(layout, reordered), stub_cache(1, 6), 1, 6, layout)
+    assert np.asarray(out.tokens)[0].tolist()[:len(expected)] == expected
+    assert int(out.decoder_calls[0]) == 1
+
+
+def test_prune_outer_sum_is_the_exact_top_b():
+  rng = np.random.default_rng(0)
+  for z, k in [(2, 3), (3, 2), (4, 3)]:
+    scores = -np.abs(rng.normal(size=(z, k))).astype(np.float32)
+    words = rng.integers(0, 50, size=(z, k)).astype(np.int32)
+    got_scores, got_words = prune_outer_sum(jnp.asarray(scores), jnp.asarray(words), k)
+    combos = sorted(((sum(scores[j, i] for j, i in enumerate(idx)), tuple(words[j, i] for j, i in enumerate(idx)))
+                     for idx in itertools.product(range(k), repeat=z)), reverse=True)[:k]
+    np.testing.assert_allclose(np.asarray(got_scores), [s for s, _ in combos], rtol=1e-6)
+    assert [tuple(w) for w in np.asarray(got_words).tolist()] == [w for _, w in combos]
+
+
+@pytest.mark.parametrize('h,c,beam', [(2, 1, 2), (2, 1, 4), (2, 2, 3), (4, 1, 2)])
+def test_beam_finds_the_oracle_sentence(h, c, beam):
+  layout = layout_of(h, c)
+  z, max_length = h * c, 16
+  lengths = [0, 2, 5, 11]
+  natural = natural_rows(lengths, max_length)
+  steps = layout.steps_for(max_length)
+  reordered = order.reorder(layout, jnp.asarray(natural), jnp.asarray(lengths), steps)
+  rows = np.repeat(np.asarray(reordered), beam, axis=0)
+  out = interleaved_beam(oracle_step(layout, rows), stub_cache(4 * beam, steps * z), 4, beam, max_length, layout,
+                         row_caps=jnp.array([16, 16, 16, 0]))
+  tokens = np.asarray(out.tokens)
+  assert (tokens[:3] == natural[:3]).all()
+  assert (tokens[3] == PAD_ID).all()
+
+
+def test_beam_prefers_the_better_sum_over_the_greedy_first_slot():
+  """Two slots: the greedy pick of slot 0 makes slot 1 unlikely; beam search finds the better pair."""
+  layout = layout_of(2, 1)
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, directions=None):
+    rows = tokens.shape[0]
+    # Step 0: slot 0 prefers 5 (p .6) over 6 (p .4); slot 1 prefers 7. Step 1 logits depend on step 0's
+    # slot-0 word fed back: after 5 both slots are uniform-ish, after 6 both say EOS with certainty.
+    first = jnp.log(jnp.array([0.6, 0.4]))
+    logits0 = jnp.full((rows, 2, VOCAB), -30.0)
+    logits0 = logits0.at[:, 0, 5].set(first[0]).at[:, 0, 6].set(first[1]).at[:, 1, 7].set(0.0)
+    after5 = jnp.full((rows, 2, VOCAB), 0.0)  # uniform: log(1/16) per slot
+    after6 = jnp.full((rows, 2, VOCAB), -30.0).at[:, :, EOS_ID].set(0.0)
+    later = jnp.where((tokens[:, :1] == 6)[..., None], after6, after5)
+    return jnp.where((write_offsets == 0)[:, None, None], logits0, later), cache
+
+  greedy = interleaved_greedy(step_fn, stub_cache(1, 8), 1, 8, layout, row_caps=jnp.array([4]))
+  assert np.asarray(greedy.tokens)[0, 0] == 5
+  beam = interleaved_beam(step_fn, stub_cache(2, 8), 1, 2, 8, layout, alpha=0.0, row_caps=jnp.array([4]))
+  assert np.asarray(beam.tokens)[0].tolist()[:3] == [6, 7, EOS_ID]
+
+
+@pytest.mark.parametrize('h,c,positions,embeddings', [(2, 1, 'signed', False), (2, 2, 'signed', False),
+                                                       (4, 1, 'step', True), (1, 2, 'vanilla', False)])
+def test_cached_interleaved_decoding_equals_the_training_pass(h, c, positions, embeddings):
+  """The decoder's per-step calls with the KV cache give the training pass's logits slot for slot."""
+  config = tiny_model_config(num_directions=h if embeddings else 0)
+  layout = order.Interleaving(h, c, positions=positions, direction_embeddings=embeddings,
+                              start_ids=tuple(range(10, 10 + h * c)))
+  model, params = random_model(3, config)
+  source = jnp.array([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
+  target = jnp.array([[11, 12, 13, 14, 15, 16, 17, EOS_ID], [18, 19, 20, EOS_ID, 0, 0, 0, 0]])
+  fields = objective.reordered_batch({'source': source, 'decoder_input': target, 'target': target}, layout)
+  full = model.apply({'params': params}, source, fields['decoder_input'], fields['positions'], fields['self_mask'],
+                     directions=fields.get('directions'))
+  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+  memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+  z, total = h * c, fields['target'].shape[1]
+  cache = models.init_cache(config, 2, total)
+  step_positions, step_directions = order.positions(layout, total // z), order.directions(layout, total // z)
+  for step in range(total // z):
+    sl = slice(step * z, step * z + z)
+    mask = order.self_mask(layout, z, total, query_offset=step * z)
+    logits, _, cache = model.apply({'params': params}, fields['decoder_input'][:, sl],
+                                   jnp.broadcast_to(step_positions[sl], (2, z)), jnp.broadcast_to(mask, (2, z, total)),
+                                   memory, cache, jnp.full((2,), step * z, jnp.int32),
+                                   directions=jnp.broadcast_to(step_directions[sl], (2, z)) if embeddings else None,
+                                   method=models.Transformer.decode)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(full[:, sl]), atol=2e-4)
+
+
+def test_direction_embeddings_are_off_by_default_and_required_when_on():
+  assert tiny_model_config().num_directions == 0
+  model, params = random_model(0)
+  assert 'direction_embed' not in params
+  config = tiny_model_config(num_directions=4)
+  model = models.Transformer(config)
+  dummy = jnp.ones((1, 4), jnp.int32)
+  params = model.init(jax.random.PRNGKey(0), dummy, dummy)['params']
+  assert params['direction_embed']['embedding'].shape == (4, 32)
+  with pytest.raises(ValueError, match='direction'):
+    model.apply({'params': params}, dummy, dummy)
+
+
+@pytest.fixture(scope='module')
+def interleaved_workdir(tmp_path_factory, tiny_config):
+  """A tiny IB+SA (2, 2) model trained for a few steps on the Genesis fixture."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from fastmt import train_lib  # pylint: disable=g-import-not-at-top
+  config = ml_collections.ConfigDict(tiny_config.to_dict())
+  config.objective = 'interleaved'
+  config.interleaving = ml_collections.ConfigDict(dict(directions=2, words_per_direction=2))
+  config.num_train_steps, config.eval_every_steps, config.checkpoint_every_steps = 6, 6, 6
+  config.eval_bleu_sentences = 4
+  workdir = str(tmp_path_factory.mktemp('ib_run'))
+  train_lib.train_and_evaluate(config, workdir)
+  return workdir, config
+
+
+def test_trained_interleaved_model_translates_with_ib_and_refuses_other_algorithms(interleaved_workdir,
+                                                                                   trained_workdir):
+  import fastmt  # pylint: disable=g-import-not-at-top
+  from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  workdir, _ = interleaved_workdir
+  assert workdir_lib.load_objective(workdir) == 'interleaved'
+  assert workdir_lib.load_objective_options(workdir)['words_per_direction'] == 2
+  model = fastmt.load(workdir)
+  long_line = ' '.join(['And God saw the light, that it was good.'] * 20)  # beyond max_length: truncated
+  texts = ['In the beginning God created the heaven and the earth.', '', long_line]
+  greedy, stats = model.translator('ib').translate(texts)
+  assert len(greedy) == 3 and greedy[1] == '' and stats.truncated_inputs == 1
+  beam, _ = model.translator('ib', beam_size=3).translate(texts)
+  assert len(beam) == 3 and beam[1] == ''
+  assert model.translator('ib').settings.beam_size == 1  # --algorithm ib alone is greedy
+  assert model.translator('ib').settings.interleaving.slots == 4  # (h, c) read from the work directory
+  with pytest.raises(FastmtError, match='objective'):
+    model.translate(texts, algorithm='greedy')
+  with pytest.raises(FastmtError, match='objective'):
+    fastmt.load(trained_workdir).translate(texts, algorithm='ib')
+
+
+def test_resuming_with_another_factorisation_is_an_error(interleaved_workdir):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from fastmt import train_lib  # pylint: disable=g-import-not-at-top
+  workdir, config = interleaved_workdir
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.interleaving.words_per_direction = 1
+  config.num_train_steps = 7
+  with pytest.raises(FastmtError, match='objective'):
+    train_lib.train_and_evaluate(config, workdir)
+
+
+def test_bad_interleaving_configs_fail_before_training(tiny_config, tmp_path):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from fastmt import objectives, train_lib  # pylint: disable=g-import-not-at-top
+  config = ml_collections.ConfigDict(tiny_config.to_dict())
+  config.objective = 'interleaved'
+  config.interleaving = ml_collections.ConfigDict(dict(directions=3, words_per_direction=1))
+  with pytest.raises(FastmtError, match='even'):
+    train_lib.train_and_evaluate(config, str(tmp_path / 'odd'))
+  config.interleaving = ml_collections.ConfigDict(dict(directions=2, word_per_direction=1))
+  with pytest.raises(FastmtError, match='Unknown interleaving keys'):
+    objectives.options_of(config, 'interleaved')
+  config.interleaving = ml_collections.ConfigDict(dict(directions=4, direction_embeddings=True))
+  with pytest.raises(FastmtError, match='num_directions'):
+    train_lib.train_and_evaluate(config, str(tmp_path / 'im'))
+
+
+def test_interleaved_configs_build():
+  from fastmt.configs import interleaved as configs  # pylint: disable=g-import-not-at-top
+  assert configs.get_config('at').objective == 'at'
+  im = configs.get_config('im,e6d1')
+  assert (im.interleaving.directions, im.model.num_directions, im.model.num_encoder_layers) == (4, 4, 6)
+  assert configs.get_config('ib_vanilla_mask').interleaving.mask == 'causal'
+  with pytest.raises(ValueError):
+    configs.get_config('ib,e99')
+
+
+def test_dedup_removes_immediately_repeated_ngrams():
+  from fastmt.decoding.interleaved import dedup_repeats  # pylint: disable=g-import-not-at-top
+  rows = jnp.array([[5, 5, 6, 7, 6, 7, 8, EOS_ID, 0, 0], [5, 6, 5, 6, 5, 6, 9, 9, 9, 0],
+                    [5, 6, 7, 5, 6, 8, EOS_ID, 9, 9, 0]])
+  assert np.asarray(dedup_repeats(rows, 1)).tolist() == [
+      [5, 6, 7, 6, 7, 8, EOS_ID, 0, 0, 0], [5, 6, 5, 6, 5, 6, 9, 0, 0, 0], [5, 6, 7, 5, 6, 8, EOS_ID, 0, 0, 0]]
+  assert np.asarray(dedup_repeats(rows, 2)).tolist() == [
+      [5, 6, 7, 8, EOS_ID, 0, 0, 0, 0, 0], [5, 6, 9, 0, 0, 0, 0, 0, 0, 0], [5, 6, 7, 5, 6, 8, EOS_ID, 0, 0, 0]]
