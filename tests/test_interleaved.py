@@ -264,7 +264,7 @@ def interleaved_workdir(tmp_path_factory, tiny_config):
   from fastmt import train_lib  # pylint: disable=g-import-not-at-top
   config = ml_collections.ConfigDict(tiny_config.to_dict())
   config.objective = 'interleaved'
-  config.interleaving = ml_collections.ConfigDict(dict(directions=2, words_per_direction=2))
+  config.interleaving = ml_collections.ConfigDict(dict(directions=2, words_per_direction=2, start='slot'))
   config.num_train_steps, config.eval_every_steps, config.checkpoint_every_steps = 6, 6, 6
   config.eval_bleu_sentences = 4
   workdir = str(tmp_path_factory.mktemp('ib_run'))
@@ -339,3 +339,15 @@ def test_dedup_removes_immediately_repeated_ngrams():
       [5, 6, 7, 6, 7, 8, EOS_ID, 0, 0, 0], [5, 6, 5, 6, 5, 6, 9, 0, 0, 0], [5, 6, 7, 5, 6, 8, EOS_ID, 0, 0, 0]]
   assert np.asarray(dedup_repeats(rows, 2)).tolist() == [
       [5, 6, 7, 8, EOS_ID, 0, 0, 0, 0, 0], [5, 6, 9, 0, 0, 0, 0, 0, 0, 0], [5, 6, 7, 5, 6, 8, EOS_ID, 0, 0, 0]]
+
+
+def test_start_symbols_default_to_algorithm_1s_bos_copies():
+  assert order.Interleaving(2, 2).with_start_ids(None).start_ids == (2, 2, 2, 2)  # BOS_ID x z, any vocabulary
+
+  class OldVocabulary:  # a vocabulary trained before the reserved symbols
+    def special_id(self, symbol):
+      raise FastmtError(f'no {symbol} symbol')
+  with pytest.raises(FastmtError, match='bos_dir_1'):
+    order.Interleaving(2, 1, start='slot').with_start_ids(OldVocabulary())
+  with pytest.raises(FastmtError, match='start'):
+    order.Interleaving(2, 1, start='eos')

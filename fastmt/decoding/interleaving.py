@@ -21,7 +21,8 @@ Recovering the natural order needs no length: at the finishing step each directi
 its first EOS; a segment is its left-to-right words followed by its right-to-left words reversed.
 
 Positions (what is added to each decoder input; the input of slot j at step k is the word the slot produced
-at step k - 1, or the slot's start symbol at step 0, and it carries the position of the word it predicts):
+at step k - 1, or a start symbol at step 0 (Algorithm 1's z copies of [s] by default), and it carries the
+position of the word it predicts):
 * 'signed' (Eq. 7): the p-th word of a left-to-right direction (p = 1, 2, ...) has position p, the p-th of a
   right-to-left one -p: IBDecoder's 1, -1, 2, -2, ... keep the locality of each direction.
 * 'step' (Eq. 10): the step index k; IMDecoder adds a learned embedding of the direction (slot // c) instead.
@@ -41,6 +42,7 @@ from fastmt.errors import FastmtError
 
 POSITIONS = ('signed', 'step', 'vanilla')
 MASKS = ('interleaved', 'causal')
+STARTS = ('bos', 'slot')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +53,11 @@ class Interleaving:
   positions: str = 'signed'  # 'signed' (Eq. 7), 'step' (Eq. 10, IMDecoder) or 'vanilla' (ablation)
   mask: str = 'interleaved'  # 'interleaved' = M(h, c) (Eq. 4), 'causal' = M(1, 1) (ablation)
   direction_embeddings: bool = False  # add a learned embedding of each slot's direction (IMDecoder)
-  # Start symbol of each slot (z ids): BOS for slot 0, <bos_dir_j> for slot j. Resolved from the tokenizer
-  # (with_start_ids), never recorded: the record is the factorisation alone.
+  # The decoder inputs of step 0: 'bos' = z copies of BOS, Algorithm 1's [s]^z (the slots already differ by
+  # position or direction embedding; works with any vocabulary); 'slot' = BOS for slot 0 and the reserved
+  # <bos_dir_j> for slot j (a vocabulary trained by fastmt since the reservation).
+  start: str = 'bos'
+  # The start ids, resolved by with_start_ids(tokenizer); never recorded (the record is the factorisation).
   start_ids: tuple[int, ...] = ()
 
   def __post_init__(self):
@@ -69,6 +74,8 @@ class Interleaving:
       raise FastmtError(f'interleaving positions must be one of {POSITIONS}, got {self.positions!r}')
     if self.mask not in MASKS:
       raise FastmtError(f'interleaving mask must be one of {MASKS}, got {self.mask!r}')
+    if self.start not in STARTS:
+      raise FastmtError(f'interleaving start must be one of {STARTS}, got {self.start!r}')
     if self.start_ids and len(self.start_ids) != h * c:
       raise FastmtError(f'{len(self.start_ids)} start ids for {h * c} slots')
 
@@ -82,7 +89,10 @@ class Interleaving:
     return {k: v for k, v in dataclasses.asdict(self).items() if k != 'start_ids'}
 
   def with_start_ids(self, tokenizer) -> 'Interleaving':
-    """The same factorisation with its start symbols' ids from `tokenizer` (an error for an old vocabulary)."""
+    """The same factorisation with its start ids ('slot' reads the reserved symbols from `tokenizer`: a clear
+    error for a vocabulary trained before fastmt reserved them)."""
+    if self.start == 'bos':
+      return dataclasses.replace(self, start_ids=(BOS_ID,) * self.slots)
     ids = (BOS_ID,) + tuple(tokenizer.special_id(direction_bos(j)) for j in range(1, self.slots))
     return dataclasses.replace(self, start_ids=ids)
 
