@@ -54,7 +54,7 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
     check_same_vocabulary(teacher_spm, student_workdir)
   model_config = workdir_lib.load_model_config(teacher_workdir)
   params, step = workdir_lib.restore_params(teacher_workdir, model_config, checkpoint)
-  manifest = {'teacher': os.path.abspath(teacher_workdir), 'teacher_step': step,
+  manifest = {'teacher': os.path.realpath(teacher_workdir), 'teacher_step': step,
               'teacher_vocabulary': file_fingerprint(teacher_spm), 'settings': dataclasses.asdict(settings),
               'sources': len(sources), 'sources_fingerprint': fingerprint(sources)}
   os.makedirs(output_dir, exist_ok=True)
@@ -80,6 +80,13 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
   return DistillResult(written, done, empty, time.perf_counter() - start)
 
 
+def _with_new_defaults(settings: dict) -> dict:
+  """A recorded DecodeSettings dict with the fields added to DecodeSettings since it was written, at their
+  defaults: a distillation started before a new decoding option existed still resumes."""
+  defaults = dataclasses.asdict(DecodeSettings('beam'))
+  return {**{k: v for k, v in defaults.items() if k not in settings}, **settings}
+
+
 def _resume_point(output_dir: str, manifest: dict) -> int:
   """Lines already distilled for this exact (teacher, settings, sources); the file is cut back to them."""
   path = os.path.join(output_dir, DISTILLED_FILE)
@@ -91,6 +98,7 @@ def _resume_point(output_dir: str, manifest: dict) -> int:
     return 0
   with open(manifest_path) as f:
     saved = json.load(f)
+  saved = {**saved, 'settings': _with_new_defaults(saved.get('settings', {}))}
   differing = sorted(k for k in manifest if saved.get(k) != manifest[k])
   if differing:
     raise FastmtError(f'{output_dir} holds a distillation with other {differing}; use a new --output_dir')

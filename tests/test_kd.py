@@ -181,3 +181,13 @@ def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(train
     f.write(config.to_json())
   with pytest.raises(ValueError, match='another dataset'):
     bench.build_comparison(trained_workdir, [other], ['greedy'])
+
+
+def test_a_distillation_recorded_before_new_decoding_options_still_resumes():
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from fastmt import distill  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
+  old = {'algorithm': 'beam', 'beam_size': 4, 'alpha': 0.6, 'block_size': 3, 'parallel_length': 0,
+         'output_length_ratio': 2.0, 'jacobi_init': 'pad'}  # a manifest of 2026-11-22
+  assert distill._with_new_defaults(old) == dataclasses.asdict(DecodeSettings('beam', beam_size=4))
+  assert distill._with_new_defaults({**old, 'beam_size': 2}) != dataclasses.asdict(DecodeSettings('beam'))
