@@ -20,7 +20,7 @@ from fastmt import precision, workdir as workdir_lib
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
-_SETTING_NAMES = {f.name for f in dataclasses.fields(DecodeSettings)} - {'algorithm', 'interleaving'}
+_SETTING_NAMES = {f.name for f in dataclasses.fields(DecodeSettings)} - {'algorithm', 'interleaving', 'hrt_symbols'}
 
 
 class TranslationModel:

@@ -169,7 +169,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   data = pipeline.load_training_data(config, workdir, batch_multiple=jax.device_count())
   model_config = ModelConfig.from_config(config.model, data.tokenizer.vocab_size)
   check_or_save_model_config(workdir, model_config)
-  objective_fn = objectives.build(objective_name, objective_options, data.tokenizer)
+  objective_fn = objectives.build(objective_name, objective_options, data.tokenizer, config.num_train_steps)
   _check_objective_fits_model(objective_name, objective_options, model_config)
   workdir_lib.save_objective(workdir, objective_name, objective_options)
   if jax.process_index() == 0:
@@ -182,6 +182,9 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   if manager.latest_step() is not None:
     state = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
     print(f'Resumed from step {int(state.step)} of {workdir}', file=sys.stderr)
+  elif config.get('init_from'):
+    state = state.replace(params=jax.device_put(_initial_params(config.init_from, model_config), replicated))
+    print(f'Fine-tuning from {config.init_from}', file=sys.stderr)
   start_step = int(state.step)
 
   jit_train_step = jax.jit(functools.partial(train_step, label_smoothing=config.label_smoothing,
@@ -235,6 +238,16 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     best_manager.wait_until_finished()
   progress.close()
   return state
+
+
+def _initial_params(init_from: str, model_config: ModelConfig):
+  """The parameters of another work directory's latest checkpoint (fine-tuning: a fresh optimiser, step 0)."""
+  init_config = workdir_lib.load_model_config(init_from)
+  if init_config != model_config:
+    diff = {k: (v, getattr(model_config, k)) for k, v in init_config.__dict__.items() if getattr(model_config, k) != v}
+    raise FastmtError(f'init_from {init_from} holds another model config; differing fields (there, here): {diff}')
+  params, _ = workdir_lib.restore_params(init_from, init_config, 'latest')
+  return params
 
 
 def _check_objective_fits_model(name, options, model_config):

@@ -32,6 +32,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from fastmt import models, objectives, projection
+from fastmt.objectives import hrt as hrt_objective
 from fastmt.config import ModelConfig
 from fastmt.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from fastmt.decoding import registry
@@ -55,6 +56,9 @@ class DecodeSettings:
   # never set by hand (decoding with another (h, c) than the model learnt would be meaningless).
   interleaving: Interleaving | None = None
   dedup_ngram: int = 0  # --algorithm ib: remove immediately repeated n-grams up to this n (0 = off; Figure 4)
+  chunk_size: int = 0  # --algorithm hrt: k; 0 = the model's (the only one it was trained for)
+  nat_beam_size: int = 1  # --algorithm hrt: Skip-AT hypotheses that stage II fills (b_nat <= b_at = beam_size)
+  hrt_symbols: tuple[int, int] | None = None  # (<mask>, <bos_k>) ids: resolved by Translator, never by hand
 
   def __post_init__(self):
     if self.beam_size is None:
@@ -157,6 +161,13 @@ class Translator:
         raise FastmtError(f'the model has {config.num_directions} direction embeddings, its interleaving '
                           f'{layout.directions} directions')
       settings = dataclasses.replace(settings, interleaving=layout)
+    if objective == 'hrt' and settings.algorithm == 'hrt':
+      options = objectives.hrt_from(objective_options)
+      if settings.chunk_size not in (0, options.chunk_size):
+        raise FastmtError(f'this HRT model was trained with chunk size {options.chunk_size}, not '
+                          f'{settings.chunk_size} (chunk size 1 is --algorithm greedy or beam)')
+      settings = dataclasses.replace(settings, chunk_size=options.chunk_size,
+                                     hrt_symbols=hrt_objective.special_ids(options, tokenizer))
     self.config, self.tokenizer, self.settings, self.objective = config, tokenizer, settings, objective
     if settings.jacobi_init == 'bigram' and draft_table is None:
       raise FastmtError("jacobi_init='bigram' needs a draft table (decode_lib.load_draft_table(workdir))")

@@ -32,9 +32,11 @@ def define_flags():
   flags.DEFINE_string('output', '-', 'Hypothesis file; - for stdout.')
   flags.DEFINE_string('reference', None, 'Reference file: prints sacreBLEU BLEU and chrF with signatures.')
   flags.DEFINE_enum('algorithm', 'greedy', sorted(registry.ALGORITHMS), 'Decoding algorithm.')
-  flags.DEFINE_integer('beam_size', None, 'Beam size: --algorithm beam (default 4) or ib (default 1 = greedy; '
-                       'K > 1 = the multi-word beam search of Algorithm 1).')
+  flags.DEFINE_integer('beam_size', None, 'Beam size: --algorithm beam (default 4), ib (default 1 = greedy; '
+                       'K > 1 = the multi-word beam search of Algorithm 1) or hrt (b_at, default 1).')
   flags.DEFINE_float('alpha', 0.6, 'Beam search length penalty.')
+  flags.DEFINE_integer('chunk_size', 0, '--algorithm hrt: chunk size k (0 = the model\'s own).')
+  flags.DEFINE_integer('nat_beam_size', 1, '--algorithm hrt: Skip-AT hypotheses (of --beam_size) that stage II fills.')
   flags.DEFINE_integer('dedup_ngram', 0, '--algorithm ib: remove immediately repeated n-grams up to this n '
                        '(the interleaved paper\'s optional deduplication; 0 = off).')
   flags.DEFINE_integer('block_size', 3, 'Jacobi block size b (pgj, hgj).')
@@ -70,7 +72,8 @@ def main(argv):
   std_logging.getLogger().setLevel(std_logging.WARNING)
   settings = DecodeSettings(FLAGS.algorithm, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
                             block_size=FLAGS.block_size, parallel_length=FLAGS.parallel_length,
-                            jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram)
+                            jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram,
+                            chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size)
   if FLAGS.ddgviz and FLAGS.input == '-':
     raise FastmtError('--ddgviz reads its sentences from --input: give a file, not stdin')
   clusters_dir = None

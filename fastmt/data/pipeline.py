@@ -23,10 +23,18 @@ class TrainingData:
 def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer:
   """Loads workdir/spm.model, or trains it on the training split's source and target text.
 
-  A student of distilled data uses its teacher's vocabulary, copied from the distillation directory; a
-  workdir that already has another vocabulary is an error.
+  A student of distilled data uses its teacher's vocabulary, copied from the distillation directory, and a
+  fine-tuned model (config.init_from) its initial model's; a workdir that already has another vocabulary, or
+  a teacher and an initial model with different ones, is an error.
   """
   path = os.path.join(workdir, TOKENIZER_FILE)
+  init_from = config.get('init_from')
+  if init_from:  # fine-tuning keeps the initial model's vocabulary
+    init_spm = os.path.join(init_from, TOKENIZER_FILE)
+    distilled.check_same_vocabulary(init_spm, workdir)
+    if not os.path.exists(path):
+      os.makedirs(workdir, exist_ok=True)
+      shutil.copyfile(init_spm, path)
   distilled_dir = config.dataset.get('distilled_dir')
   if distilled_dir:
     teacher_spm = os.path.join(distilled_dir, TOKENIZER_FILE)

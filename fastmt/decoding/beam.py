@@ -60,6 +60,30 @@ def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: 
     sentence, done from the start. At its cap a sentence's live beams join its finished ones.
   Returns the best hypothesis per sentence: tokens [B, L] up to and including EOS, PAD after.
   """
+  state = _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps)
+  # Every sentence ended by K finished hypotheses or at its cap (caps <= max_length), so the best finished
+  # hypothesis is the answer; a padding sentence's is BOS then PAD.
+  best = jnp.argmax(state.finished_scores, axis=1)
+  tokens = _gather_beams(state.finished_seqs, best[:, None])[:, 0, 1:]
+  return DecodeOutput(tokens, state.calls, state.step)
+
+
+def beam_search_top(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: int, max_length: int,
+                    top: int, alpha: float = 0.6, row_caps: jax.Array | None = None):
+  """Beam search returning each sentence's `top` best finished hypotheses (best first), for rescoring.
+
+  Returns (DecodeOutput with tokens [B, top, L], log_probs [B, top]: the hypotheses' plain log-probabilities,
+  before the length penalty that ranked them).
+  """
+  state = _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps)
+  scores, order = jax.lax.top_k(state.finished_scores, top)
+  tokens = _gather_beams(state.finished_seqs, order)[:, :, 1:]
+  log_probs = scores * length_penalty((tokens != PAD_ID).sum(-1), alpha)
+  return DecodeOutput(tokens, state.calls, state.step), log_probs
+
+
+def _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps) -> 'BeamState':
+  """The search itself: the final BeamState."""
   k, n = beam_size, batch_size
   cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
   if cache_length < max_length:
@@ -121,9 +145,4 @@ def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: 
                      keep_old(finished_scores, state.finished_scores), num_finished,
                      state.calls + (~done).astype(jnp.int32), cache)
 
-  state = jax.lax.while_loop(not_finished, advance, state)
-  # Every sentence ended by K finished hypotheses or at its cap (caps <= max_length), so the best finished
-  # hypothesis is the answer; a padding sentence's is BOS then PAD.
-  best = jnp.argmax(state.finished_scores, axis=1)
-  tokens = _gather_beams(state.finished_seqs, best[:, None])[:, 0, 1:]
-  return DecodeOutput(tokens, state.calls, state.step)
+  return jax.lax.while_loop(not_finished, advance, state)

@@ -8,7 +8,7 @@ family need an autoregressive ('at') model.
 import dataclasses
 from typing import Any, Callable
 
-from fastmt.decoding import beam, greedy, interleaved, jacobi
+from fastmt.decoding import beam, greedy, hrt, interleaved, jacobi
 from fastmt.errors import FastmtError
 
 
@@ -20,13 +20,32 @@ class Algorithm:
   cache_length: Callable[[int, Any], int] = lambda max_length, settings: max_length
   expand: Callable[[Any, Any], Any] = lambda tree, settings: tree  # per-sentence -> per-row pytree
   check: Callable[[Any], None] = lambda settings: None  # raises FastmtError on bad settings
-  objectives: tuple[str, ...] = ('at',)  # training objectives whose models this algorithm decodes
+  # Training objectives whose models this algorithm decodes; an HRT model also decodes autoregressively
+  # (C_d = 1: its AT task), so every left-to-right algorithm takes it.
+  objectives: tuple[str, ...] = ('at', 'hrt')
   default_beam_size: int = 1  # beam size when the caller gives none
 
 
 def _check_beam(settings):
   if settings.beam_size < 1:
     raise FastmtError(f'beam_size must be >= 1, got {settings.beam_size}')
+
+
+def _check_hrt(settings):
+  _check_beam(settings)
+  if not 1 <= settings.nat_beam_size <= settings.beam_size:
+    raise FastmtError(f'HRT needs 1 <= nat_beam_size <= beam_size (b_nat <= b_at), got nat_beam_size='
+                      f'{settings.nat_beam_size}, beam_size={settings.beam_size}')
+  if settings.chunk_size < 0:
+    raise FastmtError(f'chunk_size must be >= 0 (0 = the one the model was trained with), got {settings.chunk_size}')
+
+
+def _hrt(step_fn, cache, batch, max_len, s, _, caps):
+  if s.hrt_symbols is None:
+    raise FastmtError('--algorithm hrt needs the model\'s <mask> and <bos_k> ids, resolved from its work directory')
+  mask_id, bos_k_id = s.hrt_symbols
+  return hrt.hrt_decode(step_fn, cache, batch, max_len, s.chunk_size, mask_id, bos_k_id, s.beam_size,
+                        s.nat_beam_size, s.alpha, caps)
 
 
 def _check_interleaved(settings):
@@ -92,6 +111,14 @@ ALGORITHMS = {
         cache_length=lambda max_len, s: -(-max_len // s.interleaving.slots) * s.interleaving.slots,
         expand=lambda tree, s: beam.expand_to_beams(tree, s.beam_size) if s.beam_size > 1 else tree,
         check=_check_interleaved, objectives=('interleaved',)),
+    # HRT models: Skip-AT (greedy, or beam b_at) then one Skip-CMLM pass over the top b_nat hypotheses.
+    'hrt': Algorithm(
+        run=_hrt,
+        rows_per_sentence=lambda s: s.beam_size,
+        expand=lambda tree, s: beam.expand_to_beams(tree, s.beam_size) if s.beam_size > 1 else tree,
+        # Stage I uses max_len // k slots, stage II (max_len // k) * k <= max_len (at least k).
+        cache_length=lambda max_len, s: max(max_len, s.chunk_size or 1),
+        check=_check_hrt, objectives=('hrt',)),
     'pj': Algorithm(
         run=lambda step_fn, cache, batch, max_len, s, table, caps: jacobi.pj_decode(
             step_fn, cache, batch, max_len, initializer=_initializer(s, table), row_caps=caps),
@@ -118,7 +145,7 @@ def validate(settings) -> None:
 
 
 # The algorithm that validation BLEU and a plain decode use for each objective's models.
-DEFAULT_ALGORITHM = {'at': 'greedy', 'interleaved': 'ib'}
+DEFAULT_ALGORITHM = {'at': 'greedy', 'interleaved': 'ib', 'hrt': 'hrt'}
 
 
 def check_objective(algorithm: str, objective: str) -> None:

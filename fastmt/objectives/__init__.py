@@ -11,6 +11,7 @@ model with an algorithm it was not trained for is one clear error (fastmt.decodi
 masks that a decoder needs as well live in fastmt/decoding/ and are imported from there, never the reverse.
 """
 
+import dataclasses
 from typing import Callable
 
 import flax.struct
@@ -18,7 +19,7 @@ import jax
 
 from fastmt.decoding.interleaving import Interleaving
 from fastmt.errors import FastmtError
-from fastmt.objectives import autoregressive, interleaved
+from fastmt.objectives import autoregressive, hrt, interleaved
 
 
 @flax.struct.dataclass
@@ -35,22 +36,43 @@ class DecoderBatch:
 
 Objective = Callable[[dict, jax.Array], DecoderBatch]
 
-# name -> (options, tokenizer) -> Objective. Options are the objective's own config block (config.<name>),
+# name -> (options, tokenizer, num_train_steps) -> Objective. Options are the objective's own config block (config.<name>),
 # recorded with the name in the work directory because decoders need them too.
 OBJECTIVES: dict[str, Callable[..., Objective]] = {
-    'at': lambda options, tokenizer: (
+    'at': lambda options, tokenizer, steps: (
         lambda batch, step: DecoderBatch(**autoregressive.left_to_right(batch))),
-    'interleaved': lambda options, tokenizer: _interleaved(options, tokenizer),
+    'interleaved': lambda options, tokenizer, steps: _interleaved(options, tokenizer),
+    'hrt': lambda options, tokenizer, steps: _hrt(options, tokenizer, steps),
 }
 
 # Where each objective keeps its options in a training config (config.<key>); None = it has none.
-OPTIONS_KEY = {'at': None, 'interleaved': 'interleaving'}
+OPTIONS_KEY = {'at': None, 'interleaved': 'interleaving', 'hrt': 'hrt'}
 
 
 def _interleaved(options, tokenizer) -> Objective:
   layout = interleaving_from(options)
   layout = layout.with_start_ids(tokenizer) if tokenizer is not None else layout
   return lambda batch, step: DecoderBatch(**interleaved.reordered_batch(batch, layout))
+
+
+def _hrt(options, tokenizer, num_train_steps) -> Objective:
+  hrt_options = hrt_from(options)
+  if not hrt_options.curriculum_steps:  # p_k reaches 1 at the end of this training run
+    hrt_options = dataclasses.replace(hrt_options, curriculum_steps=int(num_train_steps or 1))
+  if tokenizer is None:
+    raise FastmtError('the hrt objective needs the tokenizer (its <mask> and <bos_k> ids)')
+  mask_id, bos_k_id = hrt.special_ids(hrt_options, tokenizer)
+  return lambda batch, step: DecoderBatch(**hrt.hrt_batch(batch, step, hrt_options, mask_id, bos_k_id))
+
+
+def hrt_from(options) -> hrt.HrtOptions:
+  """The HrtOptions of an options dict (config.hrt or the record); unknown keys are an error."""
+  options = dict(options or {})
+  known = {f.name for f in dataclasses.fields(hrt.HrtOptions)}
+  unknown = sorted(set(options) - known)
+  if unknown:
+    raise FastmtError(f'Unknown hrt keys {unknown}; known keys: {sorted(known)}')
+  return hrt.HrtOptions(**options)
 
 
 def interleaving_from(options) -> Interleaving:
@@ -77,13 +99,16 @@ def options_of(config, name: str) -> dict:
   options = dict(config.get(key) or {})
   if name == 'interleaved':
     options = interleaving_from(options).record()  # validated, defaults filled in
+  if name == 'hrt':
+    options = dataclasses.asdict(hrt_from(options))
   return options
 
 
-def build(name: str, options: dict | None = None, tokenizer=None) -> Objective:
-  """The objective `name` with its options; tokenizer resolves reserved start symbols where needed."""
+def build(name: str, options: dict | None = None, tokenizer=None, num_train_steps: int = 0) -> Objective:
+  """The objective `name` with its options; tokenizer resolves reserved symbols where needed;
+  num_train_steps is the T of a curriculum that options leave at 0."""
   check_name(name)
-  return OBJECTIVES[name](options, tokenizer)
+  return OBJECTIVES[name](options, tokenizer, num_train_steps)
 
 
 def get(name: str) -> Objective:

@@ -1,0 +1,97 @@
+"""Hybrid-regressive decoding: two masked passes of one shared decoder (HRT Section 4.3, RoyalFlush Eq. 2).
+
+Stage I (Skip-AT): autoregressive over every k-th position, from <bos_k>, with the KV cache, until EOS; at most
+L // k calls for an output cap of L (each row its own), so stage II never exceeds L. It is greedy_search or
+beam search on a decoder step that feeds position p as p * k and the start symbol as <bos_k>.
+Stage II (Skip-CMLM): one decoder call over the k - 1 masks placed before every stage-I token, with a
+bidirectional mask over the row's real slots; each mask takes its argmax; the result is cut at its first EOS.
+
+With beam sizes b_at >= b_nat the top b_nat stage-I hypotheses go through stage II and the best total
+score wins: Skip-AT log-probability + the Skip-CMLM log-probabilities of the filled masks (Eq. 2).
+Stage II runs on the b_at rows per sentence the step function was built for (the memory is expanded once):
+the rows beyond b_nat are all PAD and their scores ignored.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from fastmt.decoding import chunks
+from fastmt.decoding.beam import beam_search_top
+from fastmt.decoding.greedy import DecodeOutput, greedy_search, row_limits
+from fastmt.decoding.step import PAD_ID, DecoderStepFn
+
+_LOW = -1e9
+
+
+def stage_one_caps(caps: jax.Array, k: int) -> jax.Array:
+  """Skip-AT calls allowed per row: cap // k (at least 1 for a real row), 0 for a padding row."""
+  return jnp.where(caps > 0, jnp.maximum(caps // k, 1), 0).astype(jnp.int32)
+
+
+def skip_step(step_fn: DecoderStepFn, k: int, bos_k_id: int) -> DecoderStepFn:
+  """The Skip-AT view of a decoder step: input position p is position p * k, the start symbol <bos_k>."""
+  def step(tokens, positions, self_mask, cache, write_offsets):
+    tokens = jnp.where(positions == 0, bos_k_id, tokens)
+    return step_fn(tokens, positions * k, self_mask, cache, write_offsets)
+  return step
+
+
+def fill_masks(step_fn: DecoderStepFn, cache, skip_tokens: jax.Array, k: int, mask_id: int):
+  """Stage II on rows of stage-I outputs [R, m] (EOS then PAD): (filled tokens [R, m * k] cut at the first
+  EOS, log-probability of the filled masks [R])."""
+  x = chunks.masked_input(skip_tokens, k, mask_id)
+  rows, length = x.shape
+  cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
+  if cache_length < length:
+    raise ValueError(f'cache has {cache_length} slots, stage II needs {length}')
+  fresh = jax.tree_util.tree_map(jnp.zeros_like, cache)
+  visible = jnp.pad(x != PAD_ID, ((0, 0), (0, cache_length - length)))  # every real slot sees every other
+  mask = jnp.broadcast_to(visible[:, None, :], (rows, length, cache_length))
+  positions = jnp.broadcast_to(jnp.arange(1, length + 1, dtype=jnp.int32), (rows, length))
+  logits, _ = step_fn(x, positions, mask, fresh, jnp.zeros((rows,), jnp.int32))
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+  best = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)
+  is_mask = x == mask_id
+  filled = jnp.where(is_mask, best, x)
+  score = jnp.where(is_mask, jnp.max(log_probs, axis=-1), 0.0).sum(-1)
+  return chunks.truncate_at_first_eos(filled), score
+
+
+def _fit(tokens: jax.Array, caps: jax.Array, max_length: int) -> jax.Array:
+  """[B, T] -> [B, max_length], each row cut at its own cap."""
+  width = tokens.shape[1]
+  tokens = jnp.pad(tokens, ((0, 0), (0, max(0, max_length - width))))[:, :max_length]
+  return jnp.where(jnp.arange(max_length)[None, :] < caps[:, None], tokens, PAD_ID)
+
+
+def hrt_decode(step_fn: DecoderStepFn, cache, batch_size: int, max_length: int, chunk_size: int, mask_id: int,
+               bos_k_id: int, beam_size: int = 1, nat_beam_size: int = 1, alpha: float = 0.6,
+               row_caps: jax.Array | None = None) -> DecodeOutput:
+  """Two-stage HRT decoding; step_fn and cache on batch_size * beam_size rows, cache of max_length slots.
+
+  decoder_calls counts stage I's calls plus the one stage II call.
+  """
+  k = chunk_size
+  if not 1 <= nat_beam_size <= beam_size:
+    raise ValueError(f'HRT needs 1 <= nat_beam_size <= beam_size, got {nat_beam_size} and {beam_size}')
+  caps = row_limits(batch_size, max_length, row_caps)
+  first_caps = stage_one_caps(caps, k)
+  first_length = max(1, max_length // k)
+  skip = skip_step(step_fn, k, bos_k_id)
+  if beam_size == 1:
+    first = greedy_search(skip, cache, batch_size, first_length, first_caps)
+    tokens, _ = fill_masks(step_fn, cache, first.tokens, k, mask_id)
+    calls = first.decoder_calls + (caps > 0)
+    return DecodeOutput(_fit(tokens, caps, max_length), calls, first.loop_iterations + 1)
+
+  first, skip_scores = beam_search_top(skip, cache, batch_size, beam_size, first_length, nat_beam_size, alpha,
+                                       first_caps)
+  # Stage II rows: the top b_nat hypotheses in a sentence's first b_nat beam rows, PAD rows after them.
+  rows = jnp.pad(first.tokens, ((0, 0), (0, beam_size - nat_beam_size), (0, 0)))
+  filled, nat_scores = fill_masks(step_fn, cache, rows.reshape(batch_size * beam_size, -1), k, mask_id)
+  filled = filled.reshape(batch_size, beam_size, -1)[:, :nat_beam_size]
+  total = skip_scores + nat_scores.reshape(batch_size, beam_size)[:, :nat_beam_size]  # Eq. 2
+  best = jnp.argmax(total, axis=1)
+  tokens = jnp.take_along_axis(filled, best[:, None, None], axis=1)[:, 0]
+  calls = first.decoder_calls + (caps > 0)
+  return DecodeOutput(_fit(tokens, caps, max_length), calls, first.loop_iterations + 1)

@@ -1,0 +1,181 @@
+"""HRT: the chunked layout against the papers' examples, the four training tasks and the curriculum, two-pass
+decoding on stub logits with exact outputs, and fine-tuning an AT model into HRT end to end."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import one_hot_logits, stub_cache
+from fastmt.decoding import chunks
+from fastmt.decoding.hrt import hrt_decode, stage_one_caps
+from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID
+from fastmt.errors import FastmtError
+from fastmt.objectives import hrt
+
+MASK_ID, BOS_K = 4, 5  # stand-ins for <mask> and <bos_k>
+Y = [11, 12, 13, 14]  # y1 .. y4
+
+
+def test_layout_is_table_1():
+  """HRT Table 1 / RoyalFlush Figure 1, k = 2, y = y1 .. y4: Skip-AT (<s2>, y2, y4) at (0, 2, 4) -> (y2, y4, EOS);
+  Skip-CMLM sees (M, y2, M, y4, M, EOS) and predicts y1, y3 and EOS."""
+  target = jnp.array([Y + [EOS_ID, PAD_ID]])
+  extended = chunks.extended_target(target, 2)
+  assert np.asarray(extended).tolist() == [Y + [EOS_ID, EOS_ID]]
+  z = chunks.skip_targets(extended, 2)
+  assert np.asarray(z).tolist() == [[12, 14, EOS_ID]]
+  assert np.asarray(chunks.skip_positions(3, 2)).tolist() == [0, 2, 4]
+  assert np.asarray(chunks.masked_input(z, 2, MASK_ID)).tolist() == [[MASK_ID, 12, MASK_ID, 14, MASK_ID, EOS_ID]]
+  assert np.asarray(chunks.extended_target(target, 3)).tolist() == [Y + [EOS_ID, EOS_ID]]
+  assert np.asarray(chunks.skip_targets(chunks.extended_target(target, 3), 3)).tolist() == [[13, EOS_ID]]
+
+
+def make_batch(rows):
+  length = max(len(r) for r in rows) + 2
+  target = np.zeros((len(rows), length), np.int32)
+  decoder_input = np.zeros_like(target)
+  for b, words in enumerate(rows):
+    target[b, :len(words) + 1] = words + [EOS_ID]
+    decoder_input[b, :len(words) + 1] = [BOS_ID] + words
+  return {'source': jnp.ones((len(rows), 3), jnp.int32), 'decoder_input': jnp.asarray(decoder_input),
+          'target': jnp.asarray(target)}
+
+
+def test_curriculum_moves_rows_from_at_and_cmlm_to_the_skip_tasks():
+  options = hrt.HrtOptions(chunk_size=2, curriculum_steps=100)
+  assert float(hrt.skip_fraction(options, 0)) == 0.0
+  assert float(hrt.skip_fraction(options, 50)) == 0.5
+  assert float(hrt.skip_fraction(options, 150)) == 1.0
+  assert float(hrt.skip_fraction(hrt.HrtOptions(2, curriculum=False), 0)) == 1.0
+  assert float(hrt.skip_fraction(hrt.HrtOptions(2, curriculum_power=2.0, curriculum_steps=100), 50)) == 0.25
+  batch = make_batch([Y, Y, Y, Y])
+  early = hrt.hrt_batch(batch, 0, options, MASK_ID, BOS_K)
+  assert early['decoder_input'].shape == (8, 6)  # an autoregressive and a masked sample per pair
+  assert np.asarray(early['decoder_input'][0]).tolist() == [BOS_ID] + Y + [PAD_ID]  # AT
+  assert np.asarray(early['positions'][0]).tolist() == [0, 1, 2, 3, 4, 5]
+  late = hrt.hrt_batch(batch, 100, options, MASK_ID, BOS_K)
+  assert np.asarray(late['decoder_input'][0]).tolist() == [BOS_K, 12, 14, PAD_ID, PAD_ID, PAD_ID]  # Skip-AT
+  assert np.asarray(late['positions'][0]).tolist()[:3] == [0, 2, 4]
+  assert np.asarray(late['target'][0]).tolist()[:3] == [12, 14, EOS_ID]
+  assert np.asarray(late['weights'][0]).tolist() == [1, 1, 1, 0, 0, 0]
+  # Skip-CMLM: deterministic masks, loss on them only, bidirectional over the real slots.
+  assert np.asarray(late['decoder_input'][4]).tolist() == [MASK_ID, 12, MASK_ID, 14, MASK_ID, EOS_ID]
+  assert np.asarray(late['weights'][4]).tolist() == [1, 0, 1, 0, 1, 0]
+  assert np.asarray(late['positions'][4]).tolist() == [1, 2, 3, 4, 5, 6]
+  assert bool(late['self_mask'][4].all())
+  assert not bool(late['self_mask'][0, 0, 1])  # causal for the autoregressive samples
+  half = hrt.hrt_batch(batch, 50, options, MASK_ID, BOS_K)
+  skip_rows = [int(half['decoder_input'][b, 0] == BOS_K) for b in range(4)]
+  assert skip_rows == [1, 1, 0, 0]
+
+
+def test_cmlm_masks_between_one_and_all_words_never_eos():
+  options = hrt.HrtOptions(chunk_size=2, curriculum_steps=10**6)
+  batch = make_batch([list(range(11, 11 + n)) for n in (1, 2, 5, 9)])
+  for step in range(20):
+    fields = hrt.hrt_batch(batch, step, options, MASK_ID, BOS_K)
+    masked = np.asarray(fields['decoder_input'][4:]) == MASK_ID
+    words = np.array([1, 2, 5, 9])
+    assert (masked.sum(1) >= 1).all() and (masked.sum(1) <= words).all()
+    assert (np.asarray(fields['weights'][4:]) == masked).all()
+    assert not (masked & (np.asarray(fields['target'][4:]) == EOS_ID)).any()
+
+
+def oracle_hrt_step(natural, k):
+  """Stub decoder for natural targets [B, T] (words, EOS, PAD): a one-position call at (scaled) position p
+  predicts y~[p + k - 1] (Skip-AT); a longer call is stage II and predicts y~[p - 1] at position p."""
+  extended = chunks.extended_target(jnp.asarray(natural), k)
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+    index = jnp.where(tokens.shape[1] == 1, positions + k - 1, positions - 1)
+    index = jnp.clip(index, 0, extended.shape[1] - 1)
+    predicted = jnp.take_along_axis(extended, index, axis=1)
+    # EOS far below every other wrong token: beam search's runner-up continuations are words, not early EOS
+    # (a sentence with K finished hypotheses stops, whatever its live ones score).
+    eos_penalty = jnp.where(predicted == EOS_ID, 0.0, -100.0)[..., None] * jax.nn.one_hot(EOS_ID, 16)
+    return one_hot_logits(predicted) + eos_penalty, cache
+  return step_fn
+
+
+def natural_rows(lengths, width):
+  rows = np.zeros((len(lengths), width), np.int32)
+  for b, n in enumerate(lengths):
+    rows[b, :n] = 6 + (np.arange(n) + b) % 9
+    rows[b, n] = EOS_ID
+  return rows
+
+
+@pytest.mark.parametrize('k', [2, 3, 4])
+def test_two_stage_greedy_returns_the_oracle_and_counts_calls(k):
+  lengths = [0, 1, 4, 7, 10]
+  natural = natural_rows(lengths, 24)
+  out = hrt_decode(oracle_hrt_step(natural, k), stub_cache(5, 24), 5, 24, k, MASK_ID, BOS_K)
+  assert (np.asarray(out.tokens) == natural).all()
+  assert np.asarray(out.decoder_calls).tolist() == [-(-(n + 1) // k) + 1 for n in lengths]
+
+
+def test_two_stage_beam_returns_the_oracle():
+  natural = natural_rows([3, 8], 20)
+  step = oracle_hrt_step(np.repeat(natural, 3, axis=0), 2)
+  out = hrt_decode(step, stub_cache(6, 20), 2, 20, 2, MASK_ID, BOS_K, beam_size=3, nat_beam_size=2)
+  assert (np.asarray(out.tokens) == natural).all()
+
+
+def test_stage_two_eos_inside_a_chunk_truncates_and_caps_bound_stage_one():
+  """Stage II predicting EOS (once or several times) cuts the output at the first; a row's stage I makes at
+  most cap // k calls, so stage II never exceeds the cap (a source at the maximum length)."""
+  natural = natural_rows([9], 20)
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+    logits, cache = oracle_hrt_step(natural, 2)(tokens, positions, self_mask, cache, write_offsets)
+    if tokens.shape[1] > 1:  # stage II: EOS at the masks of positions 3 and 5
+      logits = logits.at[:, 2, EOS_ID].set(100.0).at[:, 4, EOS_ID].set(100.0)
+    return logits, cache
+  out = hrt_decode(step_fn, stub_cache(1, 20), 1, 20, 2, MASK_ID, BOS_K)
+  assert np.asarray(out.tokens)[0].tolist()[:4] == natural[0, :2].tolist() + [EOS_ID, PAD_ID]
+  capped = hrt_decode(oracle_hrt_step(natural, 2), stub_cache(1, 20), 1, 20, 2, MASK_ID, BOS_K,
+                      row_caps=jnp.array([5]))
+  assert int(capped.decoder_calls[0]) == 5 // 2 + 1
+  assert (np.asarray(capped.tokens)[0, 5:] == PAD_ID).all() and EOS_ID not in np.asarray(capped.tokens)[0]
+  assert np.asarray(stage_one_caps(jnp.array([0, 1, 5, 128]), 2)).tolist() == [0, 1, 2, 64]
+
+
+def test_bad_settings_are_clear_errors():
+  with pytest.raises(FastmtError, match='chunk_size'):
+    hrt.HrtOptions(chunk_size=1)
+  from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
+  with pytest.raises(FastmtError, match='nat_beam_size'):
+    DecodeSettings('hrt', beam_size=2, nat_beam_size=3)
+  from fastmt.configs import hrt as configs  # pylint: disable=g-import-not-at-top
+  assert configs.get_config('k3,e6d1,nocl').hrt.to_dict()['curriculum'] is False
+  with pytest.raises(ValueError):
+    configs.get_config('k1')
+
+
+def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_config, tmp_path):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  import fastmt  # pylint: disable=g-import-not-at-top
+  from fastmt import train_lib  # pylint: disable=g-import-not-at-top
+  config = ml_collections.ConfigDict(tiny_config.to_dict())
+  config.objective = 'hrt'
+  config.hrt = ml_collections.ConfigDict(dict(chunk_size=2))
+  config.init_from = trained_workdir
+  config.num_train_steps, config.eval_every_steps, config.checkpoint_every_steps = 4, 4, 4
+  config.eval_bleu_sentences = 4
+  workdir = str(tmp_path / 'hrt')
+  train_lib.train_and_evaluate(config, workdir)
+  model = fastmt.load(workdir)
+  texts = ['In the beginning God created the heaven and the earth.', '']
+  two_stage = model.translate(texts, algorithm='hrt')
+  assert len(two_stage) == 2 and two_stage[1] == ''
+  assert len(model.translate(texts, algorithm='hrt', beam_size=3, nat_beam_size=2)) == 2
+  assert len(model.translate(texts, algorithm='greedy')) == 2  # C_d = 1
+  with pytest.raises(FastmtError, match='chunk size 2'):
+    model.translate(texts, algorithm='hrt', chunk_size=3)
+  with pytest.raises(FastmtError, match='objective'):
+    fastmt.load(trained_workdir).translate(texts, algorithm='hrt')
+  other = ml_collections.ConfigDict(config.to_dict())
+  other.model.emb_dim = 64
+  with pytest.raises(FastmtError, match='another model config'):
+    train_lib.train_and_evaluate(other, str(tmp_path / 'bad_init'))
