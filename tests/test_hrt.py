@@ -179,3 +179,35 @@ def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_confi
   other.model.emb_dim = 64
   with pytest.raises(FastmtError, match='another model config'):
     train_lib.train_and_evaluate(other, str(tmp_path / 'bad_init'))
+
+
+def test_an_old_vocabulary_is_extended_for_fine_tuning(tmp_path, tiny_config):
+  """A model whose vocabulary predates the reserved symbols fine-tunes into HRT: the symbols are appended (the
+  same ids and segmentation for everything else) and the tied embedding grows by as many rows."""
+  import os  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  import fastmt  # pylint: disable=g-import-not-at-top
+  from fastmt import train_lib, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from conftest import DATA  # pylint: disable=g-import-not-at-top
+  old_dir = tmp_path / 'old_at'
+  os.makedirs(old_dir)
+  lines = (DATA / 'genesis.en').read_text().splitlines() + (DATA / 'genesis.de').read_text().splitlines()
+  base = tokenizer_lib.train_tokenizer(lines, str(old_dir / 'spm.model'), 300)  # no reserved symbols
+  added = tokenizer_lib.extend_with_reserved(str(old_dir / 'spm.model'), str(tmp_path / 'new.model'))
+  assert added == list(tokenizer_lib.RESERVED_SYMBOLS)
+  new = tokenizer_lib.Tokenizer(str(tmp_path / 'new.model'))
+  assert new.vocab_size == base.vocab_size + len(added) and new.special_id('<mask>') == base.vocab_size
+  assert [list(x) for x in new.encode(lines[:50])] == [list(x) for x in base.encode(lines[:50])]
+  assert tokenizer_lib.extends(str(old_dir / 'spm.model'), str(tmp_path / 'new.model'))
+  assert not tokenizer_lib.extends(str(tmp_path / 'new.model'), str(old_dir / 'spm.model'))
+
+  config = ml_collections.ConfigDict(tiny_config.to_dict())
+  config.num_train_steps, config.eval_every_steps, config.checkpoint_every_steps = 3, 3, 3
+  config.eval_bleu_sentences = 2
+  train_lib.train_and_evaluate(config, str(old_dir))  # an AT model on the old vocabulary
+  config.objective, config.hrt, config.init_from = 'hrt', ml_collections.ConfigDict(dict(chunk_size=2)), str(old_dir)
+  workdir = str(tmp_path / 'hrt')
+  train_lib.train_and_evaluate(config, workdir)
+  assert workdir_lib.load_model_config(workdir).vocab_size == base.vocab_size + len(added)
+  assert len(fastmt.load(workdir).translate(['In the beginning'], algorithm='hrt')) == 1

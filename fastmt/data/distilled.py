@@ -8,7 +8,7 @@ import hashlib
 import json
 import os
 
-from fastmt.data import corpus
+from fastmt.data import corpus, tokenizer
 from fastmt.errors import FastmtError, MissingError
 from fastmt.workdir import TOKENIZER_FILE
 
@@ -30,9 +30,11 @@ def file_fingerprint(path: str) -> str:
 
 
 def check_same_vocabulary(teacher_spm: str, student_workdir: str) -> None:
-  """A student work directory that already has a vocabulary must have the teacher's."""
+  """A student work directory that already has a vocabulary must have the teacher's (or the teacher's with
+  reserved symbols appended: tokenizer.extend_with_reserved keeps every id and segmentation)."""
   student_spm = os.path.join(student_workdir, TOKENIZER_FILE)
-  if os.path.exists(student_spm) and file_fingerprint(student_spm) != file_fingerprint(teacher_spm):
+  if (os.path.exists(student_spm) and file_fingerprint(student_spm) != file_fingerprint(teacher_spm)
+      and not tokenizer.extends(teacher_spm, student_spm)):
     raise FastmtError(f'The student work directory {student_workdir} has another vocabulary ({student_spm}) than '
                      f'the teacher ({teacher_spm}); use a new student work directory')
 

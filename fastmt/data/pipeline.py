@@ -6,7 +6,7 @@ import os
 import shutil
 
 from fastmt.data import batching, corpus, distilled
-from fastmt.data.tokenizer import RESERVED_SYMBOLS, Tokenizer, train_tokenizer
+from fastmt.data.tokenizer import RESERVED_SYMBOLS, Tokenizer, extend_with_reserved, train_tokenizer
 from fastmt.workdir import TOKENIZER_FILE
 
 
@@ -34,7 +34,11 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
     distilled.check_same_vocabulary(init_spm, workdir)
     if not os.path.exists(path):
       os.makedirs(workdir, exist_ok=True)
-      shutil.copyfile(init_spm, path)
+      added = extend_with_reserved(init_spm, path)  # a vocabulary from before the reservation gains them
+      if added:
+        logging.warning('%s predates fastmt\'s reserved symbols: %d appended to the copy in %s (ids from %d; '
+                        'the embedding table grows by as many rows)', init_spm, len(added), workdir,
+                        Tokenizer(init_spm).vocab_size)
   distilled_dir = config.dataset.get('distilled_dir')
   if distilled_dir:
     teacher_spm = os.path.join(distilled_dir, TOKENIZER_FILE)

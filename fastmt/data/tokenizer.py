@@ -43,6 +43,45 @@ def direction_bos(d: int) -> str:
   return f'<bos_dir_{d}>'
 
 
+def _proto(model_path: str):
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+  proto = sentencepiece_model_pb2.ModelProto()
+  with open(model_path, 'rb') as f:
+    proto.ParseFromString(f.read())
+  return proto
+
+
+def extend_with_reserved(model_path: str, output_path: str) -> list[str]:
+  """Writes model_path's vocabulary plus the RESERVED_SYMBOLS it lacks, appended as user-defined pieces.
+
+  Every existing piece keeps its id and every text its segmentation (new pieces only match their own
+  literal), so a model trained before the reservation can be fine-tuned into an HRT or interleaved one: its
+  embedding table grows by the new rows (train.py's config.init_from does that). Returns the added symbols.
+  """
+  proto = _proto(model_path)
+  present = {p.piece for p in proto.pieces}
+  added = [s for s in RESERVED_SYMBOLS if s not in present]
+  for symbol in added:
+    piece = proto.pieces.add()
+    piece.piece, piece.score = symbol, 0.0
+    piece.type = piece.USER_DEFINED
+  with open(output_path, 'wb') as f:
+    f.write(proto.SerializeToString())
+  return added
+
+
+def extends(base_path: str, path: str) -> bool:
+  """Whether vocabulary `path` is `base_path`'s, possibly with pieces appended (same ids, same segmentation)."""
+  from google.protobuf.message import DecodeError  # pylint: disable=g-import-not-at-top
+  try:
+    base, other = _proto(base_path), _proto(path)
+  except DecodeError:  # not a SentencePiece model at all: certainly not an extension
+    return False
+  if len(other.pieces) < len(base.pieces) or base.normalizer_spec != other.normalizer_spec:
+    return False
+  return all(a == b for a, b in zip(base.pieces, other.pieces))
+
+
 class Tokenizer:
   """Thin wrapper over a SentencePieceProcessor with fastmt's special ids."""
 
