@@ -60,7 +60,8 @@ def main():
       batches = [data.train_batches.batch(i) for i in range(args.steps)]
       tokenizer = data.tokenizer
     objective = config.get('objective', 'at')
-    objective_fn = objectives.build(objective, objectives.options_of(config, objective), tokenizer)
+    objective_fn = objectives.build(objective, objectives.options_of(config, objective), tokenizer,
+                                    config.num_train_steps)
     model_config = ModelConfig.from_config(config.model, tokenizer.vocab_size)
     state = train_lib.initial_state(model_config, config)
     step = jax.jit(functools.partial(train_lib.train_step, label_smoothing=config.label_smoothing,

@@ -31,7 +31,8 @@ DEFAULT_METHODS = ('greedy', 'beam:4', 'pj', 'pgj:3', 'pgj:5', 'hgj:3')
 
 
 def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
-  """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K), then
+  """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K) |
+  'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT), then
   optionally '+bigram' (Jacobi draft guesses) and '@bf16' (half precision) -> (label, settings, dtype)."""
   label = spec
   spec, _, suffix = spec.partition('@')
@@ -43,6 +44,9 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   values = [int(a) for a in args]
   if name in ('beam', 'ib'):
     return label, DecodeSettings(name, beam_size=values[0] if values else None), dtype
+  if name == 'hrt':
+    return label, DecodeSettings('hrt', beam_size=values[0] if values else None,
+                                 nat_beam_size=values[1] if len(values) > 1 else 1), dtype
   jacobi = {'jacobi_init': init or 'pad'} if name in ('pj', 'pgj', 'hgj') else {}
   if name in ('pgj', 'hgj'):
     block = values[0] if values else 3

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The HRT table (issue [hrt]) end to end on en->de, on CPU or one GPU:
+#   an AT model (the one HRT is fine-tuned from) -> beam-4 distillation by a teacher -> HRT k = 2, 3, 4 fine-tuned
+#   from the AT model with mixed distillation (p_raw = 0.5), the ablations of HRT Table 5 (-curriculum,
+#   -mixed distillation, -fine-tuning) -> each the average of its last 5 checkpoints -> fastmt.bench at batch
+#   sizes 1, 8 and 32, every model side by side in one process against the AT model's greedy.
+#
+#   AT=runs/quickstart bash benchmarks/hrt.sh                         # fine-tune from an existing AT model
+#   STEPS=800 AT=runs/ib/at_kd_avg5 KD=runs/ib/kd_en_de bash benchmarks/hrt.sh   # reuse the [ib] table's data
+#   STAGES="students eval" bash benchmarks/hrt.sh                    # resume: train.py and distill resume too
+#   STEPS=4000 TOKENS=8192 PARALLEL=1 SHAPE=e12d1 bash benchmarks/hrt.sh   # one GPU, the RoyalFlush shape
+#
+# An AT model whose vocabulary predates fastmt's reserved symbols works: fine-tuning appends them.
+# Environment: RUNS (default runs/hrt), AT (default: train configs/quickstart.py into RUNS/at), TEACHER (default
+# AT), KD (distilled targets; default RUNS/kd_en_de, distilled by TEACHER if missing), STEPS (per HRT row;
+# 0 = the config's), TOKENS, SHAPE (quickstart | e6d1 | e12d1: must be AT's shape), ROWS, PARALLEL, EXTRA, PY,
+# BENCH_FLAGS.
+set -euo pipefail
+PY=${PY:-python}
+RUNS=${RUNS:-runs/hrt}
+AT=${AT:-$RUNS/at}
+TEACHER=${TEACHER:-$AT}
+KD=${KD:-$RUNS/kd_en_de}
+STEPS=${STEPS:-0}
+TOKENS=${TOKENS:-0}
+SHAPE=${SHAPE:-quickstart}
+EXTRA=${EXTRA:-}
+BENCH_FLAGS=${BENCH_FLAGS:-}
+STAGES=${STAGES:-at distill students eval}
+# name:config argument:targets (mixed = raw with probability 0.5, else distilled; kd = distilled only):init
+# (ft = fine-tuned from AT, scratch = random initialisation)
+ROWS=${ROWS:-hrt_k2:k2:mixed:ft hrt_k3:k3:mixed:ft hrt_k4:k4:mixed:ft hrt_k2_no_curriculum:k2,nocl:mixed:ft \
+hrt_k2_no_mixed:k2:kd:ft hrt_k2_no_finetuning:k2:mixed:scratch}
+mkdir -p "$RUNS"
+
+sized() {
+  local flags=()
+  if [[ $STEPS -gt 0 ]]; then
+    flags+=(--config.num_train_steps="$STEPS" --config.checkpoint_every_steps=$(( (STEPS + 19) / 20 ))
+            --config.eval_every_steps="$STEPS" --config.max_checkpoints_to_keep=5)
+  fi
+  if [[ $TOKENS -gt 0 ]]; then flags+=(--config.tokens_per_batch="$TOKENS"); fi
+  echo "${flags[@]}" "$EXTRA"
+}
+
+has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+
+if has_stage at && [[ ! -d $AT/checkpoints ]]; then
+  $PY train.py --config configs/quickstart.py --workdir "$AT"
+fi
+
+if has_stage distill && [[ ! -f $KD/manifest.json || $(python -c "import json,sys; m=json.load(open('$KD/manifest.json')); print(int(m['done'] == m['sources']))") != 1 ]]; then
+  $PY -m fastmt.distill --teacher "$TEACHER" --output_dir "$KD" --beam_size 4 --batch_size 32
+fi
+
+train_row() {  # train_row NAME CONFIG_ARG TARGETS INIT
+  local name=$1 arg=$2 targets=$3 init=$4 flags=()
+  if [[ -d $RUNS/${name}_avg5 ]]; then echo "$name: done ($RUNS/${name}_avg5)"; return; fi
+  case $targets in
+    mixed) flags+=(--config.dataset.distilled_dir="$KD" --config.dataset.p_raw=0.5) ;;
+    kd) flags+=(--config.dataset.distilled_dir="$KD" --config.dataset.p_raw=0.0) ;;
+    *) echo "unknown targets '$targets' for $name" >&2; return 2 ;;
+  esac
+  case $init in
+    ft) flags+=(--config.init_from="$AT") ;;
+    scratch) ;;
+    *) echo "unknown init '$init' for $name" >&2; return 2 ;;
+  esac
+  if [[ $SHAPE != quickstart ]]; then arg="$arg,$SHAPE"; fi
+  # shellcheck disable=SC2046
+  $PY train.py --config "configs/hrt.py:$arg" --workdir "$RUNS/$name" "${flags[@]}" $(sized)
+  $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
+  mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
+}
+
+if has_stage students; then
+  pids=()
+  for spec in $ROWS; do
+    IFS=: read -r name arg targets init <<< "$spec"
+    if [[ ${PARALLEL:-0} == 1 ]]; then
+      train_row "$name" "$arg" "$targets" "$init" > "$RUNS/$name.log" 2>&1 &
+      pids+=($!)
+    else
+      train_row "$name" "$arg" "$targets" "$init"
+    fi
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+fi
+
+if has_stage eval; then
+  compare=()
+  for spec in $ROWS; do
+    name=${spec%%:*}
+    if [[ -d $RUNS/${name}_avg5 ]]; then compare+=("$RUNS/${name}_avg5"); fi
+  done
+  for batch in 8 32; do  # every run also times batch 1
+    # shellcheck disable=SC2086
+    $PY -m fastmt.bench --workdir "$AT" --split test --methods greedy,beam:5,hrt,hrt:5:1 \
+      --compare "$(IFS=,; echo "${compare[*]}")" --batch_size "$batch" --exactness_at_batch1=false --nofloor \
+      --output_dir "$RUNS/eval_b$batch" $BENCH_FLAGS
+  done
+fi
