@@ -113,7 +113,9 @@ def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, 
   model_config = workdir_lib.load_model_config(workdir)
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
   tokenizer = workdir_lib.load_tokenizer(workdir)
-  translator = Translator(model_config, params, tokenizer, DecodeSettings('greedy'))
+  # Greedy states: a model greedy cannot decode (an interleaved one) is a clear error here.
+  translator = Translator(model_config, params, tokenizer, DecodeSettings('greedy'),
+                          objective=workdir_lib.load_objective(workdir))
   hidden, top = record_states(translator, sources, top_k)
   centroids = projection.fit_kmeans(hidden, num_clusters, iterations, kmeans_batch, seed)
   clusters = projection.build_clusters(hidden, top, centroids, model_config.vocab_size)

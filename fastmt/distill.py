@@ -60,7 +60,9 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
   os.makedirs(output_dir, exist_ok=True)
   done = _resume_point(output_dir, manifest)
   shutil.copyfile(teacher_spm, os.path.join(output_dir, workdir_lib.TOKENIZER_FILE))
-  translator = Translator(model_config, params, workdir_lib.load_tokenizer(teacher_workdir), settings)
+  translator = Translator(model_config, params, workdir_lib.load_tokenizer(teacher_workdir), settings,
+                          objective=workdir_lib.load_objective(teacher_workdir),
+                          objective_options=workdir_lib.load_objective_options(teacher_workdir))
 
   start, written, empty, chunks = time.perf_counter(), 0, 0, 0
   with open(os.path.join(output_dir, DISTILLED_FILE), 'a', encoding='utf-8') as out:
