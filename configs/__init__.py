@@ -19,15 +19,18 @@ def path(name: str) -> str:
 
 
 def resolve_config_flag(argv: list[str]) -> list[str]:
-  """argv with `--config NAME` / `--config=NAME` of a shipped config replaced by its path (a path, or a
-  name with a `:arg` suffix, passes through unchanged when no such file exists)."""
+  """argv with `--config NAME[:ARG]` / `--config=NAME[:ARG]` of a shipped config replaced by its path (keeping
+  the `:ARG` that config files take, e.g. `interleaved:ib`); a path passes through unchanged."""
+  def resolve(value):
+    match = re.fullmatch(r'([A-Za-z0-9_]+)(:.*)?', value)
+    if match and not os.path.exists(match.group(1)) and match.group(1) in names():
+      return path(match.group(1)) + (match.group(2) or '')
+    return value
+
   resolved = list(argv)
   for i, arg in enumerate(resolved):
-    match = re.fullmatch(r'--config=([A-Za-z0-9_]+)', arg)
-    if match and not os.path.exists(match.group(1)) and match.group(1) in names():
-      resolved[i] = f'--config={path(match.group(1))}'
+    if arg.startswith('--config='):
+      resolved[i] = '--config=' + resolve(arg[len('--config='):])
     elif arg == '--config' and i + 1 < len(resolved):
-      value = resolved[i + 1]
-      if re.fullmatch(r'[A-Za-z0-9_]+', value) and not os.path.exists(value) and value in names():
-        resolved[i + 1] = path(value)
+      resolved[i + 1] = resolve(resolved[i + 1])
   return resolved

@@ -74,6 +74,7 @@ def test_a_shipped_config_is_named_without_its_path(tmp_path):
   assert configs.resolve_config_flag(['x', '--config=tiny', '--config.seed=1'])[1] == f'--config={configs.path("tiny")}'
   assert configs.resolve_config_flag(['x', '--config', 'tiny'])[2] == configs.path('tiny')
   assert configs.resolve_config_flag(['x', '--config=my/own.py'])[1] == '--config=my/own.py'
+  assert configs.resolve_config_flag(['x', '--config=interleaved:ib_sa'])[1] == f'--config={configs.path("interleaved")}:ib_sa'
 
 
 def test_an_unknown_objective_or_config_key_is_one_line(tmp_path):
