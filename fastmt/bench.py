@@ -33,7 +33,8 @@ DEFAULT_METHODS = ('greedy', 'beam:4', 'pj', 'pgj:3', 'pgj:5', 'hgj:3')
 def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K) |
   'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT), then
-  optionally '+bigram' (Jacobi draft guesses) and '@bf16' (half precision) -> (label, settings, dtype)."""
+  optionally '+bigram' (Jacobi draft guesses) or '+dedupN' (ib: remove repeated n-grams up to N) and '@bf16'
+  (half precision) -> (label, settings, dtype)."""
   label = spec
   spec, _, suffix = spec.partition('@')
   dtype = {'': 'float32', 'fp32': 'float32', 'bf16': 'bfloat16'}.get(suffix)
@@ -42,8 +43,11 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   spec, _, init = spec.partition('+')
   name, *args = spec.split(':')
   values = [int(a) for a in args]
+  if name == 'ib' and init and not init.startswith('dedup'):
+    raise FastmtError(f'Unknown suffix +{init} for ib: use +dedupN')
   if name in ('beam', 'ib'):
-    return label, DecodeSettings(name, beam_size=values[0] if values else None), dtype
+    dedup = {'dedup_ngram': int(init[len('dedup'):] or 2)} if name == 'ib' and init else {}
+    return label, DecodeSettings(name, beam_size=values[0] if values else None, **dedup), dtype
   if name == 'hrt':
     return label, DecodeSettings('hrt', beam_size=values[0] if values else None,
                                  nat_beam_size=values[1] if len(values) > 1 else 1), dtype

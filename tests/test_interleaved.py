@@ -351,3 +351,15 @@ def test_start_symbols_default_to_algorithm_1s_bos_copies():
     order.Interleaving(2, 1, start='slot').with_start_ids(OldVocabulary())
   with pytest.raises(FastmtError, match='start'):
     order.Interleaving(2, 1, start='eos')
+
+
+def test_bench_method_names_of_the_new_decoders():
+  from fastmt.bench import parse_method  # pylint: disable=g-import-not-at-top
+  assert parse_method('ib')[1].beam_size == 1
+  settings = parse_method('ib:4+dedup2')[1]
+  assert (settings.algorithm, settings.beam_size, settings.dedup_ngram) == ('ib', 4, 2)
+  settings = parse_method('hrt:5:1')[1]
+  assert (settings.algorithm, settings.beam_size, settings.nat_beam_size) == ('hrt', 5, 1)
+  assert parse_method('beam')[1].beam_size == 4
+  with pytest.raises(FastmtError, match='dedup'):
+    parse_method('ib+bigram')
