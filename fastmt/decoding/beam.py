@@ -52,6 +52,34 @@ def expand_to_beams(tree, beam_size: int):
   return jax.tree_util.tree_map(lambda x: jnp.repeat(x, beam_size, axis=0), tree)
 
 
+def select_beams(finished_seqs, finished_scores, num_finished, top_seqs, top_scores, top_beams, is_end, done,
+                 at_cap, penalty, k: int):
+  """One step's bookkeeping, shared by every beam search (fairseq's rule). Of the 2K best continuations
+  [B, 2K] of the K live beams, those that end (is_end) and rank within the top K join the finished pool
+  (scored over `penalty`), the K best that do not end stay live, and a sentence at its cap (at_cap [B]) moves
+  its live beams into the pool, where they compete with its finished hypotheses.
+
+  Returns (live_seqs, live_scores, live_beams (their parents, to gather the cache), finished_seqs,
+  finished_scores, num_finished).
+  """
+  rank = jnp.arange(top_scores.shape[1])[None, :]
+  newly_finished = is_end & (rank < k) & (top_scores > _LOW / 2) & ~done[:, None]
+  pool_scores = jnp.concatenate([finished_scores, jnp.where(newly_finished, top_scores / penalty, _LOW)], 1)
+  finished_scores, keep = jax.lax.top_k(pool_scores, k)
+  finished_seqs = _gather_beams(jnp.concatenate([finished_seqs, top_seqs], axis=1), keep)
+  num_finished = jnp.minimum(k, num_finished + newly_finished.sum(-1).astype(jnp.int32))
+
+  live_scores, live_rank = jax.lax.top_k(jnp.where(is_end, _LOW, top_scores), k)
+  live_seqs = _gather_beams(top_seqs, live_rank)
+
+  capped = at_cap[:, None] & (live_scores > _LOW / 2)
+  pool_scores = jnp.concatenate([finished_scores, jnp.where(capped, live_scores / penalty, _LOW)], 1)
+  finished_scores, keep = jax.lax.top_k(pool_scores, k)
+  finished_seqs = _gather_beams(jnp.concatenate([finished_seqs, live_seqs], axis=1), keep)
+  num_finished = jnp.where(at_cap, k, num_finished)
+  return live_seqs, live_scores, _gather_beams(top_beams, live_rank), finished_seqs, finished_scores, num_finished
+
+
 def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: int, max_length: int,
                 alpha: float = 0.6, row_caps: jax.Array | None = None) -> DecodeOutput:
   """Beam search; `cache` and `step_fn` must already work on batch_size * beam_size rows.
@@ -113,31 +141,11 @@ def _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps) 
     top_seqs = jax.lax.dynamic_update_slice_in_dim(top_seqs, top_tokens[:, :, None], state.step + 1, axis=2)
     is_eos = top_tokens == EOS_ID
     done = state.num_finished >= k  # [B]: sentences already complete keep their state
-
-    # Finish EOS continuations ranked within the top K.
-    rank = jnp.arange(2 * k)[None, :]
-    newly_finished = is_eos & (rank < k) & (top_scores > _LOW / 2) & ~done[:, None]
-    normalised = top_scores / length_penalty(state.step + 1, alpha)
-    pool_scores = jnp.concatenate([state.finished_scores, jnp.where(newly_finished, normalised, _LOW)], 1)
-    pool_seqs = jnp.concatenate([state.finished_seqs, top_seqs], axis=1)
-    finished_scores, keep = jax.lax.top_k(pool_scores, k)
-    finished_seqs = _gather_beams(pool_seqs, keep)
-    num_finished = jnp.minimum(k, state.num_finished + newly_finished.sum(-1).astype(jnp.int32))
-
-    # The K best non-EOS continuations stay live.
-    live_candidates = jnp.where(is_eos, _LOW, top_scores)
-    live_scores, live_rank = jax.lax.top_k(live_candidates, k)
-    live_seqs = _gather_beams(top_seqs, live_rank)
-    cache = _gather_cache(cache, _gather_beams(top_beams, live_rank), n, k)
-
-    # A sentence at its cap ends now: its live beams compete with its finished hypotheses.
-    at_cap = (state.step + 1 >= caps) & ~done
-    capped = at_cap[:, None] & (live_scores > _LOW / 2)
-    pool_scores = jnp.concatenate(
-        [finished_scores, jnp.where(capped, live_scores / length_penalty(state.step + 1, alpha), _LOW)], 1)
-    finished_scores, keep = jax.lax.top_k(pool_scores, k)
-    finished_seqs = _gather_beams(jnp.concatenate([finished_seqs, live_seqs], axis=1), keep)
-    num_finished = jnp.where(at_cap, k, num_finished)
+    at_cap = (state.step + 1 >= caps) & ~done  # a sentence at its cap ends now
+    (live_seqs, live_scores, live_beams, finished_seqs, finished_scores, num_finished) = select_beams(
+        state.finished_seqs, state.finished_scores, state.num_finished, top_seqs, top_scores, top_beams, is_eos,
+        done, at_cap, length_penalty(state.step + 1, alpha), k)
+    cache = _gather_cache(cache, live_beams, n, k)
 
     keep_old = lambda new, old: jnp.where(done.reshape((n,) + (1,) * (new.ndim - 1)), old, new)
     return BeamState(state.step + 1, keep_old(live_seqs, state.live_seqs),

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from fastmt.decoding import interleaving as order
-from fastmt.decoding.beam import _LOW, _gather_beams, _gather_cache, length_penalty
+from fastmt.decoding.beam import _LOW, _gather_beams, _gather_cache, length_penalty, select_beams
 from fastmt.decoding.greedy import DecodeOutput, row_limits
 from fastmt.decoding.step import EOS_ID, PAD_ID, DecoderStepFn
 
@@ -173,25 +173,11 @@ def interleaved_beam(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_s
     top_seqs = jax.lax.dynamic_update_slice_in_dim(top_seqs, top_words, state.step * z, axis=2)
     is_end = (top_words == EOS_ID).any(-1)  # Algorithm 1, line 17: any word of the step is EOS
     done = state.num_finished >= k
-    penalty = length_penalty((state.step + 1) * z, alpha)
-
-    rank = jnp.arange(2 * k)[None, :]
-    newly_finished = is_end & (rank < k) & (top_scores > _LOW / 2) & ~done[:, None]
-    pool_scores = jnp.concatenate([state.finished_scores, jnp.where(newly_finished, top_scores / penalty, _LOW)], 1)
-    finished_scores, keep = jax.lax.top_k(pool_scores, k)
-    finished_seqs = _gather_beams(jnp.concatenate([state.finished_seqs, top_seqs], axis=1), keep)
-    num_finished = jnp.minimum(k, state.num_finished + newly_finished.sum(-1).astype(jnp.int32))
-
-    live_scores, live_rank = jax.lax.top_k(jnp.where(is_end, _LOW, top_scores), k)
-    live_seqs = _gather_beams(top_seqs, live_rank)
-    cache = _gather_cache(cache, _gather_beams(top_beams, live_rank), n, k)
-
     at_cap = (state.step + 1 >= step_caps) & ~done
-    capped = at_cap[:, None] & (live_scores > _LOW / 2)
-    pool_scores = jnp.concatenate([finished_scores, jnp.where(capped, live_scores / penalty, _LOW)], 1)
-    finished_scores, keep = jax.lax.top_k(pool_scores, k)
-    finished_seqs = _gather_beams(jnp.concatenate([finished_seqs, live_seqs], axis=1), keep)
-    num_finished = jnp.where(at_cap, k, num_finished)
+    (live_seqs, live_scores, live_beams, finished_seqs, finished_scores, num_finished) = select_beams(
+        state.finished_seqs, state.finished_scores, state.num_finished, top_seqs, top_scores, top_beams, is_end,
+        done, at_cap, length_penalty((state.step + 1) * z, alpha), k)
+    cache = _gather_cache(cache, live_beams, n, k)
 
     keep_old = lambda new, old: jnp.where(done.reshape((n,) + (1,) * (new.ndim - 1)), old, new)
     return _BeamState(state.step + 1, keep_old(live_seqs, state.live_seqs),
