@@ -17,10 +17,12 @@ import os
 from typing import Iterable, Iterator, Sequence
 
 from fastmt import precision, workdir as workdir_lib
+from fastmt.decoding import registry
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
-_SETTING_NAMES = {f.name for f in dataclasses.fields(DecodeSettings)} - {'algorithm', 'interleaving', 'hrt_symbols'}
+_SETTING_NAMES = {f.name for f in dataclasses.fields(DecodeSettings)} - {'algorithm', 'interleaving', 'hrt_symbols',
+                                                                       'draft_mask_id'}
 
 
 class TranslationModel:
@@ -49,9 +51,9 @@ class TranslationModel:
     key = (decode_settings, clusters)
     if key not in self._translators:
       draft_table = None
-      if decode_settings.jacobi_init == 'bigram':
+      if registry.needs_draft_table(decode_settings):
         if self.workdir is None:
-          raise FastmtError("jacobi_init='bigram' needs the model's work directory (its training targets)")
+          raise FastmtError("the bigram draft table needs the model's work directory (its training targets)")
         from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
         draft_table = decode_lib.load_draft_table(self.workdir)
       self._translators[key] = Translator(self.config, self.params, self.tokenizer, decode_settings,

@@ -32,8 +32,9 @@ DEFAULT_METHODS = ('greedy', 'beam:4', 'pj', 'pgj:3', 'pgj:5', 'hgj:3')
 
 def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K) |
-  'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT), then
-  optionally '+bigram' (Jacobi draft guesses) or '+dedupN' (ib: remove repeated n-grams up to N) and '@bf16'
+  'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT) | 'spec:W'
+  (speculative, window W, the model's own drafts), then optionally '+bigram' (Jacobi draft guesses; spec: the
+  bigram drafter), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove repeated n-grams up to N) and '@bf16'
   (half precision) -> (label, settings, dtype)."""
   label = spec
   spec, _, suffix = spec.partition('@')
@@ -48,6 +49,10 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   if name in ('beam', 'ib'):
     dedup = {'dedup_ngram': int(init[len('dedup'):] or 2)} if name == 'ib' and init else {}
     return label, DecodeSettings(name, beam_size=values[0] if values else None, **dedup), dtype
+  if name == 'spec':
+    if init not in ('',) + registry.DRAFTERS:
+      raise FastmtError(f'Unknown suffix +{init} for spec: use one of {["+" + d for d in registry.DRAFTERS]}')
+    return label, DecodeSettings('spec', block_size=values[0] if values else 4, drafter=init or 'self'), dtype
   if name == 'hrt':
     return label, DecodeSettings('hrt', beam_size=values[0] if values else None,
                                  nat_beam_size=values[1] if len(values) > 1 else 1), dtype
@@ -87,20 +92,20 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
   """(translators by label, model_config, checkpoint step) for a workdir's checkpoint (latest, best, a step).
 
   Methods whose algorithm cannot decode the workdir's objective are left out (greedy for an interleaved
-  model, ib for an AT one), so one method list serves a comparison of AT and interleaved models; a workdir
+  model, ib for an AT one, spec's own drafts for a model not trained to draft), so one method list serves a comparison of AT and interleaved models; a workdir
   that none of them can decode is an error.
   """
   model_config = workdir_lib.load_model_config(workdir)
   objective = workdir_lib.load_objective(workdir)
   options = workdir_lib.load_objective_options(workdir)
-  parsed = [m for m in map(parse_method, methods) if objective in registry.get(m[1].algorithm).objectives]
+  parsed = [m for m in map(parse_method, methods) if registry.decodes(m[1], objective)]
   if not parsed:
     raise FastmtError(f'None of the methods {list(methods)} decodes {workdir} (objective {objective!r})')
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
   tokenizer = workdir_lib.load_tokenizer(workdir)
   translators = {}
   for label, settings, dtype in parsed:
-    table = decode_lib.load_draft_table(workdir) if settings.jacobi_init == 'bigram' else None
+    table = decode_lib.load_draft_table(workdir) if registry.needs_draft_table(settings) else None
     translators[label] = Translator(*precision.for_inference(model_config, params, dtype), tokenizer, settings,
                                     draft_table=table, objective=objective, objective_options=options)
   return translators, model_config, step

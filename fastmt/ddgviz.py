@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fastmt import models
-from fastmt.decoding import jacobi
+from fastmt.decoding import jacobi, registry
 from fastmt.errors import FastmtError
 from fastmt.data.tokenizer import EOS_ID, PAD_ID
 from fastmt.translate import DecodeSettings, TranslationStats, Translator, make_step_fn, output_cap
@@ -49,7 +49,7 @@ class SentenceTrace:
 
 
 def trace_sentence(translator: Translator, source: str, settings: DecodeSettings) -> SentenceTrace:
-  """Runs Jacobi decoding (settings.algorithm in pj/pgj/hgj) on one sentence and returns its trace."""
+  """Runs Jacobi or speculative decoding (settings.algorithm in pj/pgj/hgj/spec) on one sentence; its trace."""
   config, tokenizer = translator.config, translator.tokenizer
   ids = translator.encode_sources([source], TranslationStats())[0]
   bucket = next(b for b in translator.buckets if b >= len(ids))
@@ -61,13 +61,17 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
   parallel = (min(settings.parallel_length, max_len) if settings.parallel_length else max_len
               ) if settings.algorithm == 'hgj' else max_len
   draft_table = None
-  if settings.jacobi_init == 'bigram':
+  if registry.needs_draft_table(settings):
     if translator.draft_table is None:
-      raise FastmtError("jacobi_init='bigram' needs a Translator with a draft table")
+      raise FastmtError("the bigram draft table needs a Translator with a draft table")
     draft_table = translator.draft_table
+  mask_id = None
+  if settings.algorithm == 'spec' and settings.drafter == 'self':
+    mask_id = settings.draft_mask_id if settings.draft_mask_id is not None else translator.settings.draft_mask_id
+    if mask_id is None:
+      raise FastmtError("--drafter self needs a Translator for a selfdraft model (it resolves the <mask> id)")
   result, trace = _traced_decode(translator.params, jnp.asarray(src), jnp.asarray(row_caps), draft_table,
-                                 config=config,
-                                 max_len=max_len, block=block, parallel=parallel)
+                                 config=config, max_len=max_len, block=block, parallel=parallel, mask_id=mask_id)
   tokens = np.asarray(result.tokens[0])
   eos = np.flatnonzero(tokens == EOS_ID)
   length = int(eos[0]) + 1 if len(eos) else len(tokens)
@@ -81,19 +85,20 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
                        np.asarray(trace.start[:iterations, 0]), predictions,
                        np.asarray(trace.probabilities[:iterations, 0]), np.asarray(trace.accepted[:iterations, 0]),
                        vocab_pieces, f'{settings.algorithm} b={block}' + (f' l={parallel}' if parallel < max_len else '') +
-                       f' init={settings.jacobi_init}')
+                       (f' drafter={settings.drafter}' if settings.algorithm == 'spec' else
+                        f' init={settings.jacobi_init}'))
 
 
-@functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel'))
-def _traced_decode(params, source, row_caps, draft_table, *, config, max_len, block, parallel):
+@functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel', 'mask_id'))
+def _traced_decode(params, source, row_caps, draft_table, *, config, max_len, block, parallel, mask_id):
   model = models.Transformer(config)
   encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
   memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
-  cache = models.init_cache(config, source.shape[0], max_len + block)
+  cache = models.init_cache(config, source.shape[0], max_len + block * (1 if mask_id is None else 2))
   initializer = jacobi.pad_initializer if draft_table is None else jacobi.chain_initializer(draft_table)
   return jacobi.jacobi_decode(make_step_fn(model, params, memory), cache, source.shape[0], max_len, block,
                               parallel_length=parallel, initializer=initializer, return_trace=True,
-                              row_caps=row_caps)
+                              row_caps=row_caps, mask_id=mask_id)
 
 
 def _cells(trace: SentenceTrace):
@@ -167,7 +172,7 @@ Framed: committed by this iteration (became final together). Hover a cell for it
 
 def draw_sentences(translator: Translator, sources, settings: DecodeSettings, directory: str) -> list[str]:
   """Writes ddgviz_<i>.png and ddgviz_<i>.html for each non-empty source; returns the paths."""
-  if settings.algorithm not in ('pj', 'pgj', 'hgj'):
+  if settings.algorithm not in ('pj', 'pgj', 'hgj', 'spec'):
     settings = dataclasses.replace(settings, algorithm='pgj')
   os.makedirs(directory, exist_ok=True)
   paths = []

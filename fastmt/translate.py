@@ -33,6 +33,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from fastmt import models, objectives, projection
 from fastmt.objectives import hrt as hrt_objective
+from fastmt.objectives import selfdraft
 from fastmt.config import ModelConfig
 from fastmt.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from fastmt.decoding import registry
@@ -59,6 +60,8 @@ class DecodeSettings:
   chunk_size: int = 0  # --algorithm hrt: k; 0 = the model's (the only one it was trained for)
   nat_beam_size: int = 1  # --algorithm hrt: Skip-AT hypotheses that stage II fills (b_nat <= b_at = beam_size)
   hrt_symbols: tuple[int, int] | None = None  # (<mask>, <bos_k>) ids: resolved by Translator, never by hand
+  drafter: str = 'self'  # --algorithm spec: 'self' (the model's <mask> slots), 'bigram' or 'pad'
+  draft_mask_id: int | None = None  # --drafter self: the <mask> id, resolved by Translator, never by hand
 
   def __post_init__(self):
     if self.beam_size is None:
@@ -168,9 +171,13 @@ class Translator:
                           f'{settings.chunk_size} (chunk size 1 is --algorithm greedy or beam)')
       settings = dataclasses.replace(settings, chunk_size=options.chunk_size,
                                      hrt_symbols=hrt_objective.special_ids(options, tokenizer))
+    registry.check_drafter(settings, objective)
+    if settings.algorithm == 'spec' and settings.drafter == 'self':
+      settings = dataclasses.replace(settings, draft_mask_id=selfdraft.mask_id_of(tokenizer))
     self.config, self.tokenizer, self.settings, self.objective = config, tokenizer, settings, objective
-    if settings.jacobi_init == 'bigram' and draft_table is None:
-      raise FastmtError("jacobi_init='bigram' needs a draft table (decode_lib.load_draft_table(workdir))")
+    if registry.needs_draft_table(settings) and draft_table is None:
+      raise FastmtError(f"{'--drafter bigram' if settings.algorithm == 'spec' else 'jacobi_init=bigram'} needs a "
+                        "draft table (decode_lib.load_draft_table(workdir))")
     if draft_table is not None and np.shape(draft_table) != (config.vocab_size,):
       raise FastmtError(f'draft table has shape {np.shape(draft_table)}, the model a {config.vocab_size} '
                         'vocabulary')

@@ -39,7 +39,10 @@ def define_flags():
   flags.DEFINE_integer('nat_beam_size', 1, '--algorithm hrt: Skip-AT hypotheses (of --beam_size) that stage II fills.')
   flags.DEFINE_integer('dedup_ngram', 0, '--algorithm ib: remove immediately repeated n-grams up to this n '
                        '(the interleaved paper\'s optional deduplication; 0 = off).')
-  flags.DEFINE_integer('block_size', 3, 'Jacobi block size b (pgj, hgj).')
+  flags.DEFINE_integer('block_size', 3, 'Window width: Jacobi block size b (pgj, hgj); W of --algorithm spec.')
+  flags.DEFINE_enum('drafter', 'self', list(registry.DRAFTERS), '--algorithm spec: who guesses the next window: '
+                    'self (the model\'s own <mask> slots, in the verifying call; a selfdraft model), bigram or pad. '
+                    'The output equals greedy\'s whatever the drafter.')
   flags.DEFINE_integer('parallel_length', 0, 'HGJ parallel length l (0 = the output cap).')
   flags.DEFINE_enum('jacobi_init', 'pad', ['pad', 'bigram'], 'Jacobi guesses for new positions: pad (the '
                     'paper\'s) or bigram (the most frequent successor in the training targets; exact either way).')
@@ -73,7 +76,8 @@ def main(argv):
   settings = DecodeSettings(FLAGS.algorithm, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
                             block_size=FLAGS.block_size, parallel_length=FLAGS.parallel_length,
                             jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram,
-                            chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size)
+                            chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
+                            drafter=FLAGS.drafter)
   if FLAGS.ddgviz and FLAGS.input == '-':
     raise FastmtError('--ddgviz reads its sentences from --input: give a file, not stdin')
   clusters_dir = None

@@ -83,11 +83,53 @@ class JacobiState:
   calls: jax.Array  # int32 [B]: decoder calls the row made until done
   cache: Any
   trace: JacobiTrace | None
+  guess_is_draft: jax.Array  # bool [B]: `guess` is a self-draft (mask_id): draft after the window next
+
+
+def commit(guess: jax.Array, predictions: jax.Array, committed: jax.Array, caps: jax.Array, done: jax.Array):
+  """Jacobi's commit rule for one call over a window of W positions: (accepted [B], done [B]).
+
+  guess [B, W] is the iterate the call was fed (guess[:, j] the input of window position j + 1) and
+  predictions [B, W] its argmax for outputs committed .. committed + W - 1. Prediction j is final when guesses
+  0 .. j-1 equal predictions 0 .. j-1 (all its inputs are then final), so the longest verified prefix, >= 1
+  token, is committed; it is cut after its first EOS and at the row's cap, and a done row commits nothing.
+  """
+  width = predictions.shape[1]
+  agrees = (guess[:, :width - 1] == predictions[:, :width - 1]).astype(jnp.int32)
+  accepted = 1 + jnp.cumprod(agrees, axis=1).sum(axis=1)  # [B] in 1..W
+  is_eos = (predictions == EOS_ID) & (jnp.arange(width)[None, :] < accepted[:, None])
+  accepted = jnp.where(is_eos.any(1), jnp.argmax(is_eos, axis=1) + 1, accepted)
+  accepted = jnp.minimum(accepted, caps - committed)
+  accepted = jnp.where(done, 0, accepted)
+  return accepted, done | is_eos.any(1) | (committed + accepted >= caps)
+
+
+def draft_window_mask(write_offsets: jax.Array, context: jax.Array, width: int, cache_length: int) -> jax.Array:
+  """[B, 2W, M] for a call of W window positions then W <mask> slots (self-drafting, below): window position
+  t sees slots <= offset + t (causal, as in causal_window_mask); the mask slots (written at offset + W ..
+  offset + 2W - 1) see each other and the slots <= offset + context[b]: the committed prefix (context 0) or
+  the whole window too (context W - 1). No window position sees a mask slot."""
+  window = causal_window_mask(write_offsets, width, cache_length)
+  slots = jnp.arange(cache_length)[None, None, :]
+  offsets = write_offsets[:, None, None]
+  masks = (slots <= offsets + context[:, None, None]) | ((slots >= offsets + width) & (slots < offsets + 2 * width))
+  return jnp.concatenate([window, jnp.broadcast_to(masks, (write_offsets.shape[0], width, cache_length))], axis=1)
 
 
 def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, parallel_limit: int,
-                 initializer: Initializer, caps: jax.Array) -> JacobiState:
-  """Runs iterations with window `width` while some row is unfinished and below `parallel_limit`."""
+                 initializer: Initializer, caps: jax.Array, mask_id: int | None = None) -> JacobiState:
+  """Runs iterations with window `width` while some row is unfinished and below `parallel_limit`.
+
+  mask_id (self-drafting; a model trained with the selfdraft objective): each call also carries W <mask>
+  slots, the model's draft of W outputs, in one of two places per row:
+  * after the window (positions n + W - 1 .., seeing the whole window) when the row's guesses are a draft:
+    if the whole window is accepted, the next guesses are the draft of what follows it;
+  * right after the committed prefix (positions n .., seeing only the prefix) when the guesses are not a
+    draft (the first call, or the window was not accepted whole): whatever the call accepts, the next
+    guesses are this draft from the accepted point on (its first slots are the outputs just committed).
+  Otherwise the next guesses are Jacobi's (the unverified predictions, shifted). Drafts are guesses like any
+  other: the commit rule keeps the output exact whatever they say.
+  """
   cache_length = jax.tree_util.tree_leaves(state.cache)[0].shape[1]
   guesses_after = initializer(width)  # built here, once: the loop body only indexes into it
   kept = min(width, state.guess.shape[1])
@@ -96,6 +138,7 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     guess = jnp.concatenate([guess, guesses_after(guess[:, -1])[:, :width - kept]], axis=1)
   state = state.replace(guess=guess)
   window = jnp.arange(width)
+  drafting = mask_id is not None and width > 1
 
   def not_finished(s):
     active = ~s.done & (s.committed < parallel_limit)
@@ -106,19 +149,17 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     previous = jnp.take_along_axis(s.tokens, n[:, None], axis=1)  # [B, 1]: output n-1 (BOS for n = 0)
     inputs = jnp.concatenate([previous, s.guess[:, :width - 1]], axis=1)  # [B, W]
     positions = n[:, None] + window[None, :]
-    logits, cache = step_fn(inputs, positions, causal_window_mask(n, width, cache_length), s.cache, n)
+    if drafting:
+      context = jnp.where(s.guess_is_draft, width - 1, 0)  # [B]: where the draft block starts
+      logits, cache = step_fn(jnp.concatenate([inputs, jnp.full_like(inputs, mask_id)], 1),
+                              jnp.concatenate([positions, positions + context[:, None]], 1),
+                              draft_window_mask(n, context, width, cache_length), s.cache, n)
+      logits, draft_logits = logits[:, :width], logits[:, width:]
+    else:
+      logits, cache = step_fn(inputs, positions, causal_window_mask(n, width, cache_length), s.cache, n)
     predictions = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B, W]: for outputs n .. n + W - 1
-
-    # Longest verified prefix: prediction j is final if guesses 0..j-1 equal predictions 0..j-1.
-    agrees = (s.guess[:, :width - 1] == predictions[:, :width - 1]).astype(jnp.int32)
-    accepted = 1 + jnp.cumprod(agrees, axis=1).sum(axis=1)  # [B] in 1..W
-    is_eos = (predictions == EOS_ID) & (window[None, :] < accepted[:, None])
-    eos_at = jnp.argmax(is_eos, axis=1)
-    accepted = jnp.where(is_eos.any(1), eos_at + 1, accepted)
-    accepted = jnp.minimum(accepted, caps - n)
-    accepted = jnp.where(s.done, 0, accepted)
+    accepted, done = commit(s.guess, predictions, n, caps, s.done)
     committed = n + accepted
-    done = s.done | is_eos.any(1) | (committed >= caps)
 
     # Predictions go to tokens[n + 1 ..]; those past the verified prefix are overwritten later.
     tokens = jax.vmap(lambda row, new, at: jax.lax.dynamic_update_slice(row, new, (at + 1,)))(
@@ -130,6 +171,17 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     shifted = jnp.take_along_axis(predictions, jnp.minimum(slot, width - 1), 1)
     fresh = jnp.take_along_axis(guesses_after(predictions[:, -1]), jnp.clip(slot - width, 0, width - 1), 1)
     guess = jnp.where(slot < width, shifted, fresh)
+    guess_is_draft = s.guess_is_draft
+    if drafting:
+      # Draft slot j predicts output n + context + j; the next window starts at output n + accepted.
+      draft = jnp.argmax(draft_logits, axis=-1).astype(jnp.int32)
+      index = (accepted - context)[:, None] + window[None, :]
+      past_draft = guesses_after(draft[:, -1])
+      from_draft = jnp.where(index < width, jnp.take_along_axis(draft, jnp.clip(index, 0, width - 1), 1),
+                             jnp.take_along_axis(past_draft, jnp.clip(index - width, 0, width - 1), 1))
+      # A draft after the prefix always fits; a draft after the window only if the whole window was accepted.
+      guess_is_draft = ~s.guess_is_draft | (accepted == width)
+      guess = jnp.where(guess_is_draft[:, None], from_draft, guess)
     guess = jnp.where(s.done[:, None], s.guess, guess)
 
     trace = s.trace
@@ -143,14 +195,14 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
           trace.probabilities.at[s.iteration].set(pad(probs)),
           trace.accepted.at[s.iteration].set(accepted))
     return JacobiState(s.iteration + 1, tokens, committed, guess, done, s.calls + (~s.done).astype(jnp.int32),
-                       cache, trace)
+                       cache, trace, guess_is_draft)
 
   return jax.lax.while_loop(not_finished, advance, state)
 
 
 def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_length: int, block_size: int,
                   parallel_length: int | None = None, initializer: Initializer = pad_initializer,
-                  return_trace: bool = False, row_caps: jax.Array | None = None):
+                  return_trace: bool = False, row_caps: jax.Array | None = None, mask_id: int | None = None):
   """Hybrid GS-Jacobi decoding; PJ and PGJ are its special cases (see module docstring).
 
   Args:
@@ -165,6 +217,9 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
     row_caps: optional int32 [B]: each row's own output cap (<= max_length); 0 = a padding row, done from
       the start (greedy_search's row_caps).
     return_trace: also return a JacobiTrace (DDGviz).
+    mask_id: self-drafting (see _jacobi_loop): every W-wide call also carries W <mask> slots that draft the
+      next window; for models trained with the selfdraft objective (fastmt/objectives/selfdraft.py). The
+      cache then needs max_length + 2 * block_size slots.
   Returns:
     DecodeOutput (and the JacobiTrace when return_trace): tokens equal to greedy_search's, decoder_calls
     per row <= its greedy length.
@@ -176,9 +231,11 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
   if not 0 < parallel_length <= max_length:
     raise ValueError(f'parallel_length must be in 1..{max_length} (the output cap), got {parallel_length}')
   cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
-  if cache_length < max_length + block_size:
-    raise ValueError(f'cache has {cache_length} slots; Jacobi needs max_length + block_size = '
-                     f'{max_length + block_size}')
+  needed = max_length + block_size * (2 if mask_id is not None else 1)
+  if cache_length < needed:
+    what = 'max_length + 2 * block_size (window and draft slots)' if mask_id is not None else \
+        'max_length + block_size'
+    raise ValueError(f'cache has {cache_length} slots; Jacobi needs {what} = {needed}')
   tokens = jnp.full((batch_size, max_length + block_size + 1), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
   trace = None
   if return_trace:
@@ -189,8 +246,8 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
   zeros = jnp.zeros((batch_size,), jnp.int32)
   caps = row_limits(batch_size, max_length, row_caps)
   first_guesses = initializer(block_size)(jnp.full((batch_size,), BOS_ID, jnp.int32))
-  state = JacobiState(jnp.int32(0), tokens, zeros, first_guesses, caps <= 0, zeros, cache, trace)
-  state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer, caps)
+  state = JacobiState(jnp.int32(0), tokens, zeros, first_guesses, caps <= 0, zeros, cache, trace, zeros > 0)
+  state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer, caps, mask_id)
   if parallel_length < max_length:
     state = _jacobi_loop(step_fn, state, 1, max_length, max_length, initializer, caps)
   outputs = state.tokens[:, 1:max_length + 1]

@@ -20,9 +20,9 @@ class Algorithm:
   cache_length: Callable[[int, Any], int] = lambda max_length, settings: max_length
   expand: Callable[[Any, Any], Any] = lambda tree, settings: tree  # per-sentence -> per-row pytree
   check: Callable[[Any], None] = lambda settings: None  # raises FastmtError on bad settings
-  # Training objectives whose models this algorithm decodes; an HRT model also decodes autoregressively
-  # (C_d = 1: its AT task), so every left-to-right algorithm takes it.
-  objectives: tuple[str, ...] = ('at', 'hrt')
+  # Training objectives whose models this algorithm decodes; HRT and self-drafting models also decode
+  # autoregressively (their AT task; HRT's C_d = 1), so every left-to-right algorithm takes them.
+  objectives: tuple[str, ...] = ('at', 'hrt', 'selfdraft')
   default_beam_size: int = 1  # beam size when the caller gives none
 
 
@@ -94,6 +94,39 @@ def _hgj(step_fn, cache, batch, max_len, s, draft_table, row_caps):
 
 _jacobi_cache = lambda width: (lambda max_len, s: max_len + min(width(s, max_len), max_len))
 
+# Speculative decoding's drafters: 'self' = the model's own <mask> slots (selfdraft objective), 'bigram' and
+# 'pad' = PGJ's guesses (a draft table; PAD).
+DRAFTERS = ('self', 'bigram', 'pad')
+
+
+def _check_spec(settings):
+  if settings.drafter not in DRAFTERS:
+    raise FastmtError(f'drafter must be one of {DRAFTERS}, got {settings.drafter!r}')
+  if settings.block_size < 2:
+    raise FastmtError(f'--algorithm spec needs block_size >= 2 (a window of 1 is greedy), got {settings.block_size}')
+  _check_jacobi(settings)
+
+
+def needs_draft_table(settings) -> bool:
+  """Whether decoding with these settings follows the bigram draft table (decode_lib.load_draft_table)."""
+  return settings.jacobi_init == 'bigram' or (settings.algorithm == 'spec' and settings.drafter == 'bigram')
+
+
+def _spec(step_fn, cache, batch, max_len, s, draft_table, caps):
+  mask_id = None
+  if s.drafter == 'self':
+    if s.draft_mask_id is None:
+      raise FastmtError("--drafter self needs the model's <mask> id, resolved from its work directory")
+    mask_id = s.draft_mask_id
+  initializer = jacobi.chain_initializer(draft_table) if needs_draft_table(s) else jacobi.pad_initializer
+  return jacobi.pgj_decode(step_fn, cache, batch, max_len, s.block_size, initializer=initializer, row_caps=caps,
+                           mask_id=mask_id)
+
+
+def _spec_cache(max_len, s):
+  width = min(s.block_size, max_len)
+  return max_len + (2 * width if s.drafter == 'self' else width)
+
 ALGORITHMS = {
     'greedy': Algorithm(
         run=lambda step_fn, cache, batch, max_len, s, _, caps: greedy.greedy_search(
@@ -131,6 +164,8 @@ ALGORITHMS = {
         check=_check_jacobi),
     'hgj': Algorithm(run=_hgj, cache_length=_jacobi_cache(lambda s, max_len: s.block_size),
                      check=_check_jacobi),
+    # Exact speculative decoding: the drafter's guesses verified by Jacobi's commit rule (= greedy's output).
+    'spec': Algorithm(run=_spec, cache_length=_spec_cache, check=_check_spec),
 }
 
 
@@ -145,7 +180,20 @@ def validate(settings) -> None:
 
 
 # The algorithm that validation BLEU and a plain decode use for each objective's models.
-DEFAULT_ALGORITHM = {'at': 'greedy', 'interleaved': 'ib', 'hrt': 'hrt'}
+DEFAULT_ALGORITHM = {'at': 'greedy', 'interleaved': 'ib', 'hrt': 'hrt', 'selfdraft': 'greedy'}
+
+
+def decodes(settings, objective: str) -> bool:
+  """Whether these settings can decode a model trained with `objective` (algorithm and drafter)."""
+  drafter_fits = not (settings.algorithm == 'spec' and settings.drafter == 'self') or objective == 'selfdraft'
+  return objective in get(settings.algorithm).objectives and drafter_fits
+
+
+def check_drafter(settings, objective: str) -> None:
+  """--drafter self drafts with the model's <mask> slots: only a model trained to fill them can."""
+  if settings.algorithm == 'spec' and settings.drafter == 'self' and objective != 'selfdraft':
+    raise FastmtError(f"--drafter self needs a model trained with the selfdraft objective (configs/selfdraft.py); "
+                      f"this model was trained with {objective!r}: use --drafter bigram or pad")
 
 
 def check_objective(algorithm: str, objective: str) -> None:

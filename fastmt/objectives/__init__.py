@@ -19,7 +19,7 @@ import jax
 
 from fastmt.decoding.interleaving import Interleaving
 from fastmt.errors import FastmtError
-from fastmt.objectives import autoregressive, hrt, interleaved
+from fastmt.objectives import autoregressive, hrt, interleaved, selfdraft
 
 
 @flax.struct.dataclass
@@ -43,10 +43,11 @@ OBJECTIVES: dict[str, Callable[..., Objective]] = {
         lambda batch, step: DecoderBatch(**autoregressive.left_to_right(batch))),
     'interleaved': lambda options, tokenizer, steps: _interleaved(options, tokenizer),
     'hrt': lambda options, tokenizer, steps: _hrt(options, tokenizer, steps),
+    'selfdraft': lambda options, tokenizer, steps: _selfdraft(options, tokenizer),
 }
 
 # Where each objective keeps its options in a training config (config.<key>); None = it has none.
-OPTIONS_KEY = {'at': None, 'interleaved': 'interleaving', 'hrt': 'hrt'}
+OPTIONS_KEY = {'at': None, 'interleaved': 'interleaving', 'hrt': 'hrt', 'selfdraft': 'selfdraft'}
 
 
 def _interleaved(options, tokenizer) -> Objective:
@@ -65,14 +66,32 @@ def _hrt(options, tokenizer, num_train_steps) -> Objective:
   return lambda batch, step: DecoderBatch(**hrt.hrt_batch(batch, step, hrt_options, mask_id, bos_k_id))
 
 
-def hrt_from(options) -> hrt.HrtOptions:
-  """The HrtOptions of an options dict (config.hrt or the record); unknown keys are an error."""
+def _selfdraft(options, tokenizer) -> Objective:
+  draft_options = selfdraft_from(options)
+  if tokenizer is None:
+    raise FastmtError('the selfdraft objective needs the tokenizer (its <mask> id)')
+  mask_id = selfdraft.mask_id_of(tokenizer)
+  return lambda batch, step: DecoderBatch(**selfdraft.draft_batch(batch, step, draft_options, mask_id))
+
+
+def _options(cls, name: str, options):
+  """cls(**options) for an options dict (a config block or the record); unknown keys are an error."""
   options = dict(options or {})
-  known = {f.name for f in dataclasses.fields(hrt.HrtOptions)}
+  known = {f.name for f in dataclasses.fields(cls)}
   unknown = sorted(set(options) - known)
   if unknown:
-    raise FastmtError(f'Unknown hrt keys {unknown}; known keys: {sorted(known)}')
-  return hrt.HrtOptions(**options)
+    raise FastmtError(f'Unknown {name} keys {unknown}; known keys: {sorted(known)}')
+  return cls(**options)
+
+
+def selfdraft_from(options) -> selfdraft.SelfDraftOptions:
+  """The SelfDraftOptions of an options dict (config.selfdraft or the record); unknown keys are an error."""
+  return _options(selfdraft.SelfDraftOptions, 'selfdraft', options)
+
+
+def hrt_from(options) -> hrt.HrtOptions:
+  """The HrtOptions of an options dict (config.hrt or the record); unknown keys are an error."""
+  return _options(hrt.HrtOptions, 'hrt', options)
 
 
 def interleaving_from(options) -> Interleaving:
@@ -101,6 +120,8 @@ def options_of(config, name: str) -> dict:
     options = interleaving_from(options).record()  # validated, defaults filled in
   if name == 'hrt':
     options = dataclasses.asdict(hrt_from(options))
+  if name == 'selfdraft':
+    options = dataclasses.asdict(selfdraft_from(options))
   return options
 
 

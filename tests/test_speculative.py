@@ -1,0 +1,210 @@
+"""Speculative decoding with self-drafting: the selfdraft objective's layout, its agreement with the decoder's
+draft call, exact outputs (== greedy) on random models with any drafts, exact call counts on stubs, and the
+bad-input contract (a model not trained to draft, bad settings)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import model_step, one_hot_logits, random_model, stub_cache
+from fastmt import models
+from fastmt.decoding import greedy, jacobi, registry
+from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, causal_window_mask
+from fastmt.errors import FastmtError
+from fastmt.objectives import autoregressive, selfdraft
+
+A, B, C, D, E, F = 5, 6, 7, 8, 9, 10
+SEQ = [A, B, C, D, E, F, EOS_ID]  # 7 outputs
+JUNK, MASK = 11, 12
+
+
+def _batch(targets):
+  target = jnp.asarray(targets, jnp.int32)
+  decoder_input = jnp.pad(target, ((0, 0), (1, 0)), constant_values=BOS_ID)[:, :-1]
+  decoder_input = jnp.where(decoder_input == EOS_ID, PAD_ID, decoder_input)
+  return {'source': jnp.ones((target.shape[0], 3), jnp.int32), 'decoder_input': decoder_input, 'target': target}
+
+
+def test_block_mask_is_the_rule_entry_by_entry():
+  length, width, cuts = 5, 2, np.array([[1, 3], [0, 4]])
+  mask = np.asarray(selfdraft.block_mask(length, jnp.asarray(cuts), width))
+  assert mask.shape == (2, length + 4, length + 4)
+  for b in range(2):
+    for q in range(length + 4):
+      for k in range(length + 4):
+        if q < length:  # AT slot: causal over AT slots only
+          expected = k < length and k <= q
+        else:  # mask slot of block (q - length) // width
+          block = (q - length) // width
+          expected = (k < length and k <= cuts[b, block]) or (k >= length and (k - length) // width == block)
+        assert mask[b, q, k] == expected, (b, q, k)
+
+
+def test_draft_batch_scores_the_w_tokens_after_each_cut_and_nothing_past_eos():
+  targets = [[A, B, C, EOS_ID, PAD_ID, PAD_ID], [A, EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]
+  options = selfdraft.SelfDraftOptions(block_size=3, blocks=4)
+  batch = _batch(targets)
+  out = selfdraft.draft_batch(batch, jnp.int32(7), options, MASK)
+  cuts = np.asarray(selfdraft.draft_cuts(batch['target'], 4, jax.random.fold_in(jax.random.PRNGKey(0), 7)))
+  assert (cuts[0] <= 3).all() and (cuts[1] <= 1).all() and (cuts >= 0).all()
+  T = 6
+  at = autoregressive.left_to_right(batch)
+  np.testing.assert_array_equal(out['decoder_input'][:, :T], at['decoder_input'])
+  np.testing.assert_array_equal(out['target'][:, :T], at['target'])
+  np.testing.assert_array_equal(out['decoder_input'][:, T:], MASK)
+  padded = np.pad(np.array(targets), ((0, 0), (0, 3)))
+  for b in range(2):
+    for block in range(4):
+      for j in range(3):
+        slot = T + block * 3 + j
+        expected = padded[b, cuts[b, block] + j]
+        assert out['target'][b, slot] == expected
+        assert out['weights'][b, slot] == float(expected != PAD_ID)
+        assert out['positions'][b, slot] == min(cuts[b, block] + j, T - 1)
+
+
+def test_at_slots_are_exactly_the_plain_at_task():
+  """The causal slots never see a mask slot: their logits equal the AT objective's under the same weights."""
+  model, params = random_model(0)
+  batch = _batch([[A, B, C, D, EOS_ID, PAD_ID], [F, E, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])
+  drafted = selfdraft.draft_batch(batch, jnp.int32(3), selfdraft.SelfDraftOptions(block_size=3), MASK)
+  plain = autoregressive.left_to_right(batch)
+  apply = lambda d: model.apply({'params': params}, d['source'], d['decoder_input'], d['positions'], d['self_mask'])
+  np.testing.assert_allclose(apply(drafted)[:, :6], apply(plain), atol=1e-5)
+
+
+@pytest.mark.parametrize('n, after_window', [(0, False), (2, False), (2, True), (3, True)])
+def test_the_decoders_draft_call_is_the_training_layout(n, after_window):
+  """A draft block in a cached decoder call gives the logits the training row gives for the same cut: the
+  prefix draft at n is the block at cut n, the window draft the block at cut n + W - 1 (window = the target)."""
+  width = 3
+  target = [A, B, C, D, E, F, EOS_ID, PAD_ID]
+  model, params = random_model(1)
+  source = jnp.array([[4, 5, 6, EOS_ID]])
+  step_fn = model_step(model, params, source)
+  cache = models.init_cache(model.config, 1, 16)
+  inputs = [BOS_ID] + target
+  if n:  # the committed prefix: inputs 0 .. n - 1 in the cache
+    _, cache = step_fn(jnp.array([inputs[:n]]), jnp.arange(n)[None], causal_window_mask(jnp.array([0]), n, 16),
+                       cache, jnp.array([0]))
+  context = jnp.array([width - 1 if after_window else 0])
+  call_inputs = jnp.array([inputs[n:n + width] + [MASK] * width])
+  positions = jnp.concatenate([jnp.arange(n, n + width), jnp.arange(n, n + width) + context[0]])[None]
+  logits, _ = step_fn(call_inputs, positions, jacobi.draft_window_mask(jnp.array([n]), context, width, 16),
+                      cache, jnp.array([n]))
+  cut = n + int(context[0])
+  batch = _batch([target])
+  layout = selfdraft.draft_batch(batch, jnp.int32(0), selfdraft.SelfDraftOptions(block_size=width, blocks=1), MASK)
+  T = len(target)
+  layout['positions'] = layout['positions'].at[:, T:].set(jnp.arange(cut, cut + width))
+  layout['self_mask'] = selfdraft.block_mask(T, jnp.array([[cut]]), width)
+  trained = model.apply({'params': params}, source, layout['decoder_input'], layout['positions'], layout['self_mask'])
+  np.testing.assert_allclose(logits[0, width:], trained[0, T:], atol=1e-4)
+  np.testing.assert_allclose(logits[0, :width], trained[0, n:n + width], atol=1e-4)  # the window: AT logits
+
+
+def _oracle_step(sequence, mask_draft=None):
+  """A stub AT model that is right only when its input is right (as a real one mostly is): position p predicts
+  sequence[p] if its input is output p - 1 (BOS at 0), else JUNK; a <mask> slot at position p predicts
+  mask_draft[p] (default: sequence[p], a perfect drafter)."""
+  sequence = jnp.asarray(sequence, jnp.int32)
+  mask_draft = sequence if mask_draft is None else jnp.asarray(mask_draft, jnp.int32)
+  previous = jnp.concatenate([jnp.array([BOS_ID]), sequence[:-1]])
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+    del self_mask, write_offsets
+    p = jnp.minimum(positions, sequence.shape[0] - 1)
+    ar = jnp.where(tokens == previous[p], sequence[p], JUNK)
+    return one_hot_logits(jnp.where(tokens == MASK, mask_draft[p], ar)), cache
+  return step_fn
+
+
+def test_a_perfect_self_draft_takes_three_calls_for_seven_tokens():
+  """W = 3: call 1 commits 1 and drafts after the prefix; calls 2 and 3 verify whole windows (3 + 3)."""
+  sequence = SEQ + [A] * 9
+  out, trace = jacobi.pgj_decode(_oracle_step(sequence), stub_cache(1, 22), 1, 16, 3, mask_id=MASK,
+                                 return_trace=True)
+  np.testing.assert_array_equal(out.tokens[0, :8], SEQ + [PAD_ID])
+  np.testing.assert_array_equal(out.decoder_calls, [3])
+  np.testing.assert_array_equal(trace.accepted[:3, 0], [1, 3, 3])
+  plain = jacobi.pgj_decode(_oracle_step(sequence), stub_cache(1, 22), 1, 16, 3)
+  np.testing.assert_array_equal(plain.decoder_calls, [7])  # Jacobi's own guesses are JUNK here: greedy's calls
+
+
+@pytest.mark.parametrize('draft', ['junk', 'eos', 'pad', 'off_by_one'])
+def test_useless_or_adversarial_drafts_still_give_greedy_and_never_more_calls(draft):
+  sequence = SEQ + [A] * 9
+  drafts = {'junk': [JUNK] * 16, 'eos': [EOS_ID] * 16, 'pad': [PAD_ID] * 16,
+            'off_by_one': sequence[1:] + [A]}[draft]
+  step_fn = _oracle_step(sequence, drafts)
+  expected = greedy.greedy_search(step_fn, stub_cache(1, 16), 1, 16)
+  out = jacobi.pgj_decode(step_fn, stub_cache(1, 22), 1, 16, 3, mask_id=MASK)
+  np.testing.assert_array_equal(out.tokens, expected.tokens)
+  assert int(out.decoder_calls[0]) <= int(expected.decoder_calls[0])
+
+
+@pytest.mark.parametrize('seed', range(4))
+@pytest.mark.parametrize('batch', [1, 4])
+def test_self_drafting_equals_greedy_on_random_models(seed, batch):
+  """Exact whatever the model drafts: random weights, random mask id, varied EOS positions and row caps."""
+  model, params = random_model(10 + seed)
+  rng = np.random.default_rng(seed)
+  source = rng.integers(4, 40, (batch, int(rng.integers(2, 10))))
+  source[:, -1] = EOS_ID
+  step_fn = model_step(model, params, jnp.array(source), rng.integers(1, 20, batch))
+  max_len = 16
+  caps = jnp.array(rng.integers(0, max_len + 1, batch)) if batch > 1 else None
+  expected = greedy.greedy_search(step_fn, models.init_cache(model.config, batch, max_len), batch, max_len, caps)
+  for width in (2, 3, 5):
+    out = jacobi.pgj_decode(step_fn, models.init_cache(model.config, batch, max_len + 2 * width), batch, max_len,
+                            width, mask_id=int(rng.integers(3, 40)), row_caps=caps)
+    np.testing.assert_array_equal(out.tokens, expected.tokens, err_msg=f'W={width}')
+    assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()
+
+
+def test_cache_too_small_for_the_draft_slots_is_a_clear_error():
+  with pytest.raises(ValueError, match='2 \\* block_size'):
+    jacobi.pgj_decode(_oracle_step(SEQ), stub_cache(1, 19), 1, 16, 3, mask_id=MASK)
+
+
+def test_bad_spec_settings_are_clear_errors():
+  from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
+  with pytest.raises(FastmtError, match='drafter'):
+    DecodeSettings('spec', drafter='medusa')
+  with pytest.raises(FastmtError, match='block_size >= 2'):
+    DecodeSettings('spec', block_size=1)
+  with pytest.raises(FastmtError, match='selfdraft'):
+    registry.check_drafter(DecodeSettings('spec', drafter='self'), 'at')
+  assert not registry.decodes(DecodeSettings('spec'), 'hrt')
+  assert registry.decodes(DecodeSettings('spec', drafter='bigram'), 'at')
+  with pytest.raises(FastmtError, match='block_size'):
+    selfdraft.SelfDraftOptions(block_size=1)
+  from fastmt import objectives  # pylint: disable=g-import-not-at-top
+  with pytest.raises(FastmtError, match='Unknown selfdraft keys'):
+    objectives.selfdraft_from({'width': 3})
+
+
+def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir, tiny_config, tmp_path):
+  """train.py's path: fine-tune, then spec with the model's own drafts == its greedy output; an AT model is a
+  clear error for --drafter self and fine with --drafter bigram."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  import fastmt  # pylint: disable=g-import-not-at-top
+  from fastmt import train_lib  # pylint: disable=g-import-not-at-top
+  config = ml_collections.ConfigDict(tiny_config.to_dict())
+  config.objective = 'selfdraft'
+  config.selfdraft = ml_collections.ConfigDict(dict(block_size=3))
+  config.init_from = trained_workdir
+  config.num_train_steps, config.eval_every_steps, config.checkpoint_every_steps = 4, 4, 4
+  config.eval_bleu_sentences = 4
+  workdir = str(tmp_path / 'selfdraft')
+  train_lib.train_and_evaluate(config, workdir)
+  model = fastmt.load(workdir)
+  texts = ['In the beginning God created the heaven and the earth.', '', 'And God said, Let there be light.']
+  greedy_out = model.translate(texts, algorithm='greedy')
+  assert model.translate(texts, algorithm='spec', block_size=3) == greedy_out
+  assert model.translate(texts, algorithm='spec', block_size=4, drafter='bigram') == greedy_out
+  at_model = fastmt.load(trained_workdir)
+  with pytest.raises(FastmtError, match='selfdraft'):
+    at_model.translate(texts, algorithm='spec')
+  assert at_model.translate(texts, algorithm='spec', drafter='pad') == at_model.translate(texts)
