@@ -31,6 +31,7 @@ STAGES=${STAGES:-at distill students eval}
 # (ft = fine-tuned from AT, scratch = random initialisation)
 ROWS=${ROWS:-hrt_k2:k2:mixed:ft hrt_k3:k3:mixed:ft hrt_k4:k4:mixed:ft hrt_k2_no_curriculum:k2,nocl:mixed:ft \
 hrt_k2_no_mixed:k2:kd:ft hrt_k2_no_finetuning:k2:mixed:scratch}
+MAIN_ROWS=${MAIN_ROWS:-hrt_k2 hrt_k3 hrt_k4}  # timed with every method; the other rows are the ablations
 mkdir -p "$RUNS"
 
 sized() {
@@ -88,15 +89,28 @@ if has_stage students; then
 fi
 
 if has_stage eval; then
-  compare=()
+  # The chunk-size rows (k = 2, 3, 4) with every method, timed at batch 32 and 1, then at batch 8; the
+  # ablations (the other rows) for their BLEU (HRT and C_d = 1 greedy), briefly timed.
+  main=() ablations=()
   for spec in $ROWS; do
     name=${spec%%:*}
-    if [[ -d $RUNS/${name}_avg5 ]]; then compare+=("$RUNS/${name}_avg5"); fi
+    if [[ ! -d $RUNS/${name}_avg5 ]]; then continue; fi
+    if [[ " $MAIN_ROWS " == *" $name "* ]]; then main+=("$RUNS/${name}_avg5"); else ablations+=("$RUNS/${name}_avg5"); fi
   done
-  for batch in 8 32; do  # every run also times batch 1
+  if [[ ${#main[@]} -gt 0 ]]; then
     # shellcheck disable=SC2086
     $PY -m fastmt.bench --workdir "$AT" --split test --methods greedy,beam:5,hrt,hrt:5:1 \
-      --compare "$(IFS=,; echo "${compare[*]}")" --batch_size "$batch" --exactness_at_batch1=false --nofloor \
-      --output_dir "$RUNS/eval_b$batch" $BENCH_FLAGS
-  done
+      --compare "$(IFS=,; echo "${main[*]}")" --batch_size 32 --exactness_at_batch1=false --nofloor \
+      --output_dir "$RUNS/eval_b32" $BENCH_FLAGS
+    # shellcheck disable=SC2086
+    $PY -m fastmt.bench --workdir "$AT" --split test --methods greedy,beam:5,hrt,hrt:5:1 \
+      --compare "$(IFS=,; echo "${main[*]}")" --batch_size 8 --speed_sentences 0 --exactness_at_batch1=false \
+      --nofloor --output_dir "$RUNS/eval_b8" $BENCH_FLAGS
+  fi
+  if [[ ${#ablations[@]} -gt 0 ]]; then
+    # shellcheck disable=SC2086
+    $PY -m fastmt.bench --workdir "$AT" --split test --methods greedy,hrt \
+      --compare "$(IFS=,; echo "${ablations[*]}")" --batch_size 32 --speed_sentences 20 --large_batch_sentences 64 \
+      --repeats 1 --exactness_at_batch1=false --nofloor --output_dir "$RUNS/eval_ablations" $BENCH_FLAGS
+  fi
 fi

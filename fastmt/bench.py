@@ -191,9 +191,9 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
       results[label].speedup_large = statistics.median(g / t for g, t in zip(large[baseline], times))
   log('large batch timed')
 
-  # Batch 1 on the first speed_sentences sentences.
+  # Batch 1 on the first speed_sentences sentences (none: not timed, its columns stay 0).
   subset = sources[:speed_sentences]
-  small = _interleaved_times(translators, subset, 1, repeats)
+  small = _interleaved_times(translators, subset, 1, repeats) if subset else {}
   for label, times in small.items():
     r = results[label]
     r.ms_per_sentence_b1 = 1000 * statistics.median(times) / len(subset)
@@ -279,8 +279,9 @@ def define_flags():
   cli.define_checkpoint_flag('The checkpoint (of --workdir and every --compare work directory)')
   flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to translate (never 40-43: not in any split).')
   flags.DEFINE_list('methods', list(DEFAULT_METHODS),
-                    'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L]; append +bigram for Jacobi draft guesses '
-                    '(pgj:3+bigram) and @bf16 for half precision (greedy@bf16).')
+                    'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L], spec:W (own drafts; spec:W+bigram, +pad), '
+                    'ib, ib:K, hrt, hrt:B_AT:B_NAT; append +bigram for Jacobi draft guesses (pgj:3+bigram) and @bf16 '
+                    'for half precision (greedy@bf16). See parse_method.')
   flags.DEFINE_integer('batch_size', 32, 'The large batch.')
   flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed at batch 1.')
   flags.DEFINE_integer('large_batch_sentences', 256, 'Sentences timed at --batch_size.')

@@ -83,19 +83,30 @@ class TranslationStats:
   compile_seconds: float = 0.0  # time spent compiling new (batch rows, source bucket) shapes
 
 
-def make_step_fn(model: models.Transformer, params, memory, clusters=None):
+def make_step_fn(model: models.Transformer, params, memory, clusters=None, output_projection=None):
   """A DecoderStepFn over `model` with the encoded source `memory` closed in.
 
   clusters: a projection.Clusters to use the clustered output projection instead of the dense one.
+  output_projection: float32 [E, V], the tied embedding transposed and laid out once (transposed_output):
+    logits = hidden @ it, the same numbers as the tied projection without reading E through a transpose.
   """
+  own_projection = clusters is not None or output_projection is not None
+
   def step_fn(tokens, positions, self_mask, cache, write_offsets, directions=None):
     logits, hidden, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache,
-                                        write_offsets, return_logits=clusters is None, directions=directions,
+                                        write_offsets, return_logits=not own_projection, directions=directions,
                                         method=models.Transformer.decode)
     if clusters is not None:
       logits, _ = projection.clustered_logits(hidden, params['embed']['embedding'], clusters)
+    elif output_projection is not None:
+      logits = jnp.dot(hidden.astype(jnp.float32), output_projection)
     return logits, cache
   return step_fn
+
+
+def transposed_output_layout(params) -> np.ndarray:
+  """The tied output projection as a contiguous float32 [E, V] array (Translator's transposed_output)."""
+  return np.ascontiguousarray(np.asarray(params['embed']['embedding'], np.float32).T)
 
 
 def output_cap(config: ModelConfig, source_length: int, settings: DecodeSettings) -> int:
@@ -103,13 +114,14 @@ def output_cap(config: ModelConfig, source_length: int, settings: DecodeSettings
   return min(config.max_length, int(math.ceil(settings.output_length_ratio * source_length)) + 8)
 
 
-def decode_source_batch(params, source, row_caps, clusters=None, draft_table=None, *, config: ModelConfig,
-                        settings: DecodeSettings) -> DecodeOutput:
+def decode_source_batch(params, source, row_caps, clusters=None, draft_table=None, output_projection=None, *,
+                        config: ModelConfig, settings: DecodeSettings) -> DecodeOutput:
   """Encodes source [B, S] and decodes it with settings.algorithm. Jit with config/settings static.
 
   row_caps: int32 [B], each row's output cap (output_cap of its own source length; 0 = a padding row).
   clusters: optional projection.Clusters (the clustered output projection); None = dense.
   draft_table: int32 [V] next-token guesses for settings.jacobi_init='bigram' (decoding/drafts.py).
+  output_projection: optional float32 [E, V] (make_step_fn).
   """
   model = models.Transformer(config)
   batch = source.shape[0]
@@ -120,8 +132,8 @@ def decode_source_batch(params, source, row_caps, clusters=None, draft_table=Non
   rows = batch * algorithm.rows_per_sentence(settings)
   memory = algorithm.expand(memory, settings)
   cache = models.init_cache(config, rows, algorithm.cache_length(max_len, settings))
-  return algorithm.run(make_step_fn(model, params, memory, clusters), cache, batch, max_len, settings,
-                       draft_table, row_caps)
+  return algorithm.run(make_step_fn(model, params, memory, clusters, output_projection), cache, batch, max_len,
+                       settings, draft_table, row_caps)
 
 
 def batch_rows(sentences: int, batch_size: int, devices: int = 1) -> int:
@@ -148,10 +160,14 @@ class Translator:
   objective_options: that objective's recorded options (fastmt.workdir.load_objective_options): an
     interleaved model's (h, c), positions and mask, which --algorithm ib decodes with.
   mesh: where batches run; default every local device (data parallel).
+  transposed_output: project to the vocabulary with the tied embedding transposed once (E^T laid out as
+    [E, V], one more copy of the embedding in memory) instead of reading E through a transpose at every step;
+    the same logits (benchmarks/output_layout.py measures what it saves).
   """
 
   def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings(),
-               clusters=None, draft_table=None, objective: str = 'at', mesh=None, objective_options=None):
+               clusters=None, draft_table=None, objective: str = 'at', mesh=None, objective_options=None,
+               transposed_output: bool = False):
     if tokenizer.vocab_size != config.vocab_size:
       raise FastmtError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
     if clusters is not None and clusters.vocab_size != config.vocab_size:
@@ -188,6 +204,9 @@ class Translator:
     self.clusters = None if clusters is None else jax.device_put(clusters, replicated)
     self.draft_table = None if draft_table is None else jax.device_put(jnp.asarray(draft_table, jnp.int32),
                                                                        replicated)
+    self.output_projection = None
+    if transposed_output and clusters is None:
+      self.output_projection = jax.device_put(transposed_output_layout(params), replicated)
     self._decode = jax.jit(functools.partial(decode_source_batch, config=config, settings=settings))
     self._compiled = {}  # (rows, bucket) -> compiled executable
     self.buckets = tuple(b for b in SOURCE_BUCKETS if b < config.max_length) + (config.max_length,)
@@ -235,7 +254,7 @@ class Translator:
       start = time.perf_counter()
       spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self.rows_sharding)
       self._compiled[key] = self._decode.lower(self.params, spec((rows, bucket)), spec((rows,)), self.clusters,
-                                               self.draft_table).compile()
+                                               self.draft_table, self.output_projection).compile()
       if stats is not None:
         stats.compile_seconds += time.perf_counter() - start
     return self._compiled[key]
@@ -249,7 +268,7 @@ class Translator:
     executable = self._executable(*source.shape, stats)
     put = lambda x: jax.device_put(np.asarray(x, np.int32), self.rows_sharding)
     return jax.block_until_ready(executable(self.params, put(source), put(row_caps), self.clusters,
-                                            self.draft_table))
+                                            self.draft_table, self.output_projection))
 
   def _decode_chunk(self, texts, batch_size: int, stats: TranslationStats, first_line: int) -> Iterator[dict]:
     """Decodes a chunk of lines; after every batch yields {index in chunk: output ids} of what finished."""

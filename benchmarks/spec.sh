@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Exact speculative decoding (issue [spec]) end to end on en->de, on CPU or one GPU:
+#   an AT model (default runs/quickstart) -> fine-tuned into a self-drafter (configs/selfdraft.py: the AT loss
+#   plus <mask> blocks that draft the next W tokens) on distilled targets -> the average of its last 5
+#   checkpoints -> one fastmt.bench run that translates the test split with greedy and every drafter side by
+#   side in one process at batch 32 and 1 (identical outputs counted, tokens per call, speed-up vs greedy).
+#
+#   AT=runs/quickstart KD=runs/ib/kd_en_de STEPS=800 bash benchmarks/spec.sh   # reuse a teacher's distillation
+#   STAGES=eval bash benchmarks/spec.sh                                          # resume: train.py resumes too
+#
+# Environment: RUNS (default runs/spec), AT (the model to fine-tune; it is also the baseline), KD (distilled
+# targets; default RUNS/kd_en_de, distilled by AT with beam 4 if missing), WIDTHS (draft blocks to train, default
+# "4"), STEPS (per row; 0 = the config's), TOKENS, METHODS (bench methods), EXTRA, PY, BENCH_FLAGS.
+set -euo pipefail
+PY=${PY:-python}
+RUNS=${RUNS:-runs/spec}
+AT=${AT:-runs/quickstart}
+KD=${KD:-$RUNS/kd_en_de}
+WIDTHS=${WIDTHS:-4}
+STEPS=${STEPS:-0}
+TOKENS=${TOKENS:-0}
+EXTRA=${EXTRA:-}
+BENCH_FLAGS=${BENCH_FLAGS:-}
+STAGES=${STAGES:-distill drafters eval}
+METHODS=${METHODS:-greedy,pgj:3+bigram,spec:2,spec:3,spec:4,spec:4+bigram}
+mkdir -p "$RUNS"
+
+sized() {
+  local flags=()
+  if [[ $STEPS -gt 0 ]]; then
+    flags+=(--config.num_train_steps="$STEPS" --config.checkpoint_every_steps=$(( (STEPS + 19) / 20 ))
+            --config.eval_every_steps="$STEPS" --config.max_checkpoints_to_keep=5)
+  fi
+  if [[ $TOKENS -gt 0 ]]; then flags+=(--config.tokens_per_batch="$TOKENS"); fi
+  echo "${flags[@]}" "$EXTRA"
+}
+
+has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+
+if has_stage distill && [[ ! -f $KD/manifest.json || $($PY -c "import json; m=json.load(open('$KD/manifest.json')); print(int(m['done'] == m['sources']))") != 1 ]]; then
+  $PY -m fastmt.distill --teacher "$AT" --output_dir "$KD" --beam_size 4 --batch_size 32
+fi
+
+if has_stage drafters; then
+  for width in $WIDTHS; do
+    name=selfdraft_w$width
+    if [[ -d $RUNS/${name}_avg5 ]]; then echo "$name: done ($RUNS/${name}_avg5)"; continue; fi
+    start=$(date +%s)
+    # shellcheck disable=SC2046
+    $PY train.py --config "configs/selfdraft.py:w$width" --workdir "$RUNS/$name" --config.init_from="$AT" \
+      --config.dataset.distilled_dir="$KD" --config.dataset.p_raw=0.0 $(sized)
+    echo "$name: $(( $(date +%s) - start )) s of fine-tuning" | tee -a "$RUNS/training_seconds.txt"
+    $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
+    mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
+  done
+fi
+
+if has_stage eval; then
+  for width in $WIDTHS; do
+    # Batch 32 and batch 1 (the bench times both, and checks every method's output against greedy's at each).
+    # shellcheck disable=SC2086
+    $PY -m fastmt.bench --workdir "$RUNS/selfdraft_w${width}_avg5" --split test --methods "$METHODS" \
+      --batch_size 32 --nofloor --output_dir "$RUNS/eval_w$width" $BENCH_FLAGS
+  done
+fi
