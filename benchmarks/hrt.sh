@@ -113,4 +113,5 @@ if has_stage eval; then
       --compare "$(IFS=,; echo "${ablations[*]}")" --batch_size 32 --speed_sentences 20 --large_batch_sentences 64 \
       --repeats 1 --exactness_at_batch1=false --nofloor --output_dir "$RUNS/eval_ablations" $BENCH_FLAGS
   fi
+  $PY benchmarks/hrt_table.py --runs "$RUNS" | tee "$RUNS/table.md"
 fi

@@ -1,0 +1,51 @@
+r"""The HRT table from benchmarks/hrt.sh's fastmt.bench runs (eval_b32: batch 32 and batch 1; eval_b8: batch 8;
+eval_ablations: BLEU of the ablation rows).
+
+    python benchmarks/hrt_table.py --runs runs/hrt
+
+Per model and method: test BLEU/chrF, decoder calls per sentence, and the speed-up against the AT model's
+greedy at batch 1, 8 and 32 (each measured side by side in one process, interleaved repeats, median).
+Methods: greedy (AT; on an HRT model, C_d = 1: its AT task alone), beam:5, hrt (b_at = b_nat = 1) and hrt:5:1.
+"""
+
+import argparse
+import json
+import os
+
+
+def load(path):
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return {r['method']: r for r in json.load(f)['results']}
+
+
+def label(method: str) -> tuple[str, str]:
+  model, _, name = method.rpartition('/')
+  return (model.replace('_avg5', '') or 'AT'), name
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--runs', required=True)
+  args = parser.parse_args()
+  b32, b8 = load(os.path.join(args.runs, 'eval_b32', 'results.json')), load(os.path.join(args.runs, 'eval_b8',
+                                                                                             'results.json'))
+  print('| model | method | BLEU | chrF | calls/sent | speed-up b1 | speed-up b8 | speed-up b32 |')
+  print('|---|---|---|---|---|---|---|---|')
+  for method, r in b32.items():
+    model, name = label(method)
+    at8 = b8.get(method, {}).get('speedup_large', float('nan'))
+    print(f"| {model} | {name} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['decoder_calls_per_sentence']:.2f} | "
+          f"{r['speedup_b1']:.2f} | {at8:.2f} | {r['speedup_large']:.2f} |")
+  ablations = load(os.path.join(args.runs, 'eval_ablations', 'results.json'))
+  if ablations:
+    print('\n| model | method | BLEU | chrF | calls/sent |')
+    print('|---|---|---|---|---|')
+    for method, r in ablations.items():
+      model, name = label(method)
+      print(f"| {model} | {name} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['decoder_calls_per_sentence']:.2f} |")
+
+
+if __name__ == '__main__':
+  main()
