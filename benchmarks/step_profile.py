@@ -2,11 +2,12 @@ r"""Where a decoder step's time goes on XLA's CPU backend: a jax.profiler trace 
 
     python benchmarks/step_profile.py --workdir runs/quickstart --algorithms greedy,pgj:3 --top 25
     python benchmarks/step_profile.py --workdir runs/quickstart --algorithms pgj:3 --transposed_output_embedding
+    python benchmarks/step_profile.py --workdir runs/ib/ib_kd_avg5 --algorithms ib     # any model and method
 
 For each algorithm: while-loop iterations, run time, and the kernels (XLA CPU thunks) that run at least once
 per iteration, in microseconds per iteration, largest first. --transposed_output_embedding computes the
-logits as hidden @ E^T with E^T laid out once outside the jitted function (the variant of BENCHMARKS.md
-section 2); the default uses the model's own tied projection. Run it on a quiet machine: it times kernels.
+logits as hidden @ E^T with E^T laid out once outside the jitted function (Translator's transposed_output);
+the default uses the model's own tied projection. Run it on a quiet machine: it times kernels.
 """
 
 import collections
@@ -21,7 +22,7 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from fastmt import models, translate, workdir as workdir_lib
+from fastmt import decode_lib, translate, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.data.tokenizer import EOS_ID
 from fastmt.decoding import registry
@@ -30,23 +31,11 @@ from fastmt.bench import parse_method
 FLAGS = flags.FLAGS
 
 
-def decode_one(params, output_embedding_t, source, *, config, settings):
-  """translate.decode_source_batch, with the logits optionally from a pre-transposed output embedding."""
-  model = models.Transformer(config)
-  max_len = translate.output_cap(config, source.shape[1], settings)
-  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
-  memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
-  algorithm = registry.get(settings.algorithm)
-  memory = algorithm.expand(memory, settings)
-  cache = models.init_cache(config, source.shape[0] * algorithm.rows_per_sentence(settings),
-                            algorithm.cache_length(max_len, settings))
-  step_fn = translate.make_step_fn(model, params, memory)
-  if output_embedding_t is not None:
-    def step_fn(tokens, positions, self_mask, cache, write_offsets):  # pylint: disable=function-redefined
-      _, hidden, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache,
-                                     write_offsets, return_logits=False, method=models.Transformer.decode)
-      return hidden.astype(np.float32) @ output_embedding_t, cache
-  return algorithm.run(step_fn, cache, source.shape[0], max_len, settings, None, None)
+def decode_one(params, output_projection, draft_table, source, *, config, settings):
+  """translate.decode_source_batch on one source row, with the logits optionally from E^T laid out once."""
+  return translate.decode_source_batch(params, source, np.array([translate.output_cap(config, source.shape[1],
+                                                                                      settings)], np.int32),
+                                       None, draft_table, output_projection, config=config, settings=settings)
 
 
 def kernel_times(fn, args, repeats: int):
@@ -82,12 +71,17 @@ def main(argv):
   source = np.zeros((1, bucket), np.int32)
   source[0, :len(ids)] = ids
   source[0, len(ids)] = EOS_ID
-  embedding_t = (np.ascontiguousarray(np.asarray(params['embed']['embedding']).T)
-                 if FLAGS.transposed_output_embedding else None)
+  projection = translate.transposed_output_layout(params) if FLAGS.transposed_output_embedding else None
+  objective = workdir_lib.load_objective(FLAGS.workdir)
+  options = workdir_lib.load_objective_options(FLAGS.workdir)
   for method in FLAGS.algorithms:
     _, settings, _ = parse_method(method)
+    table = decode_lib.load_draft_table(FLAGS.workdir) if registry.needs_draft_table(settings) else None
+    # The Translator resolves what the model's objective adds to the settings (an interleaving, <mask> ids).
+    settings = translate.Translator(config, params, tokenizer, settings, draft_table=table, objective=objective,
+                                    objective_options=options).settings
     fn = jax.jit(functools.partial(decode_one, config=config, settings=settings))
-    iterations, run_ms, kernels = kernel_times(fn, (params, embedding_t, source), FLAGS.repeats)
+    iterations, run_ms, kernels = kernel_times(fn, (params, projection, table, source), FLAGS.repeats)
     print(f'== {method}: {iterations} iterations, {run_ms:.2f} ms per run, '
           f'{sum(kernels.values()):.0f} µs per iteration in per-iteration kernels')
     for name, us in sorted(kernels.items(), key=lambda kv: -kv[1])[:FLAGS.top]:
