@@ -162,12 +162,15 @@ class Translator:
   mesh: where batches run; default every local device (data parallel).
   transposed_output: project to the vocabulary with the tied embedding transposed once (E^T laid out as
     [E, V], one more copy of the embedding in memory) instead of reading E through a transpose at every step;
-    the same logits (benchmarks/output_layout.py measures what it saves).
+    the same logits (benchmarks/cpu_variants.py measures what it saves).
+  compiler_options: XLA options for compiling the decoder, e.g. {'xla_cpu_experimental_ynn_fusion_type':
+    'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'} (XLA:CPU hands each matmul to YNNPACK on its own instead of fusing
+    a whole layer stack into one YNNPACK graph; benchmarks/cpu_variants.py compares them side by side).
   """
 
   def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings(),
                clusters=None, draft_table=None, objective: str = 'at', mesh=None, objective_options=None,
-               transposed_output: bool = False):
+               transposed_output: bool = False, compiler_options: dict | None = None):
     if tokenizer.vocab_size != config.vocab_size:
       raise FastmtError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
     if clusters is not None and clusters.vocab_size != config.vocab_size:
@@ -209,6 +212,7 @@ class Translator:
       self.output_projection = jax.device_put(transposed_output_layout(params), replicated)
     self._decode = jax.jit(functools.partial(decode_source_batch, config=config, settings=settings))
     self._compiled = {}  # (rows, bucket) -> compiled executable
+    self.compiler_options = dict(compiler_options or {})
     self.buckets = tuple(b for b in SOURCE_BUCKETS if b < config.max_length) + (config.max_length,)
 
   def encode_sources(self, texts, stats: TranslationStats, line_numbers=None):
@@ -254,7 +258,8 @@ class Translator:
       start = time.perf_counter()
       spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self.rows_sharding)
       self._compiled[key] = self._decode.lower(self.params, spec((rows, bucket)), spec((rows,)), self.clusters,
-                                               self.draft_table, self.output_projection).compile()
+                                               self.draft_table, self.output_projection).compile(
+                                                   self.compiler_options or None)
       if stats is not None:
         stats.compile_seconds += time.perf_counter() - start
     return self._compiled[key]
