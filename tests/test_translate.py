@@ -58,6 +58,21 @@ def test_jacobi_through_the_translator_equals_greedy(model_parts, algorithm, blo
   assert stats.decoder_calls <= greedy_calls
 
 
+@pytest.mark.parametrize('algorithm', ['greedy', 'beam', 'pgj'])
+def test_cpu_layout_and_compiler_options_translate_the_same(model_parts, algorithm):
+  """E^T laid out once, and YNNPACK's individual dots or none: the same translations (kernels, not maths)."""
+  lines = [line for line in open(REPO / 'tests/data/genesis.en', encoding='utf-8')][:8]
+  settings = DecodeSettings(algorithm)
+  expected, _ = Translator(*model_parts, settings).translate(lines, batch_size=4)
+  variants = [{'transposed_output': True}]
+  if jax.default_backend() == 'cpu':  # XLA:CPU options
+    ynn = 'xla_cpu_experimental_ynn_fusion_type'
+    variants += [{'compiler_options': {ynn: 'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'}},
+                 {'transposed_output': True, 'compiler_options': {ynn: ''}}]
+  for options in variants:
+    assert Translator(*model_parts, settings, **options).translate(lines, batch_size=4)[0] == expected, options
+
+
 def test_a_source_at_the_maximum_length_still_matches_greedy(model_parts):
   config = model_parts[0]
   line = ' '.join(['God'] * (config.max_length - 1))
