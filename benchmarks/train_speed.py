@@ -29,6 +29,10 @@ from fastmt.config import ModelConfig  # noqa: E402
 from fastmt.data import pipeline  # noqa: E402
 
 
+YNN = 'xla_cpu_experimental_ynn_fusion_type'
+COMPILER_OPTIONS = {'': {}, 'individual_dot': {YNN: 'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'}, 'no_ynn': {YNN: ''}}
+
+
 def load_config(spec: str):
   """'path/to/config.py[:arg]' -> the ml_collections config its get_config(arg) returns."""
   import importlib.util  # pylint: disable=g-import-not-at-top
@@ -42,7 +46,8 @@ def load_config(spec: str):
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--workdir', required=True, help='A work directory whose vocabulary (spm.model) is used.')
-  parser.add_argument('--configs', required=True, help='name=config.py[:arg],... (the first is the baseline)')
+  parser.add_argument('--configs', required=True, help='name=config.py[:arg][@variant],... (the first is the '
+                      'baseline); variant: individual_dot or no_ynn (XLA:CPU compile options, as in cpu_variants.py)')
   parser.add_argument('--steps', type=int, default=20)
   parser.add_argument('--repeats', type=int, default=5)
   parser.add_argument('--output', default=None, help='JSON file for the results.')
@@ -54,6 +59,8 @@ def main():
   runs = {}
   batches = None
   for name, spec in specs:
+    spec, _, variant = spec.partition('@')
+    compiler_options = COMPILER_OPTIONS[variant]
     config = load_config(spec)
     if batches is None:
       data = pipeline.load_training_data(config, scratch)
@@ -65,7 +72,8 @@ def main():
     model_config = ModelConfig.from_config(config.model, tokenizer.vocab_size)
     state = train_lib.initial_state(model_config, config)
     step = jax.jit(functools.partial(train_lib.train_step, label_smoothing=config.label_smoothing,
-                                     objective_fn=objective_fn), donate_argnums=(0,))
+                                     objective_fn=objective_fn), donate_argnums=(0,),
+                   compiler_options=compiler_options or None)
     runs[name] = {'state': state, 'step': step}
   as_dict = lambda b: {'source': b.source, 'decoder_input': b.decoder_input, 'target': b.target}
   real_tokens = sum(b.num_tokens for b in batches)
