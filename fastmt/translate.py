@@ -88,17 +88,19 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None, outpu
 
   clusters: a projection.Clusters to use the clustered output projection instead of the dense one.
   output_projection: float32 [E, V], the tied embedding transposed and laid out once (transposed_output):
-    logits = hidden @ it, the same numbers as the tied projection without reading E through a transpose.
+    calls over more than one position (rows x positions > 1) project with it, the same logits as the tied
+    projection without reading E through a transpose (faster for beam, Jacobi and batches on XLA:CPU,
+    docs/BENCHMARKS.md); a single position keeps the tied projection, a matrix-vector product over E's rows
+    that is already as fast.
   """
-  own_projection = clusters is not None or output_projection is not None
-
   def step_fn(tokens, positions, self_mask, cache, write_offsets, directions=None):
+    transposed = output_projection is not None and tokens.size > 1
     logits, hidden, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache,
-                                        write_offsets, return_logits=not own_projection, directions=directions,
-                                        method=models.Transformer.decode)
+                                        write_offsets, return_logits=clusters is None and not transposed,
+                                        directions=directions, method=models.Transformer.decode)
     if clusters is not None:
       logits, _ = projection.clustered_logits(hidden, params['embed']['embedding'], clusters)
-    elif output_projection is not None:
+    elif transposed:
       logits = jnp.dot(hidden.astype(jnp.float32), output_projection)
     return logits, cache
   return step_fn
@@ -160,9 +162,10 @@ class Translator:
   objective_options: that objective's recorded options (fastmt.workdir.load_objective_options): an
     interleaved model's (h, c), positions and mask, which --algorithm ib decodes with.
   mesh: where batches run; default every local device (data parallel).
-  transposed_output: project to the vocabulary with the tied embedding transposed once (E^T laid out as
-    [E, V], one more copy of the embedding in memory) instead of reading E through a transpose at every step;
-    the same logits (benchmarks/cpu_variants.py measures what it saves).
+  transposed_output: (default) calls over several positions or rows project to the vocabulary with the tied
+    embedding transposed once (E^T laid out as [E, V], one more copy of the embedding in memory) instead of
+    reading E through a transpose at every step; the same logits (make_step_fn; benchmarks/cpu_variants.py
+    measures what it saves). Ignored with clusters.
   compiler_options: XLA options for compiling the decoder, e.g. {'xla_cpu_experimental_ynn_fusion_type':
     'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'} (XLA:CPU hands each matmul to YNNPACK on its own instead of fusing
     a whole layer stack into one YNNPACK graph; benchmarks/cpu_variants.py compares them side by side).
@@ -170,7 +173,7 @@ class Translator:
 
   def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings(),
                clusters=None, draft_table=None, objective: str = 'at', mesh=None, objective_options=None,
-               transposed_output: bool = False, compiler_options: dict | None = None):
+               transposed_output: bool = True, compiler_options: dict | None = None):
     if tokenizer.vocab_size != config.vocab_size:
       raise FastmtError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
     if clusters is not None and clusters.vocab_size != config.vocab_size:
