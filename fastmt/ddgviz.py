@@ -74,7 +74,7 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
                                  config=config, max_len=max_len, block=block, parallel=parallel, mask_id=mask_id)
   tokens = np.asarray(result.tokens[0])
   eos = np.flatnonzero(tokens == EOS_ID)
-  length = int(eos[0]) + 1 if len(eos) else len(tokens)
+  length = int(eos[0]) + 1 if len(eos) else int(row_caps[0])  # no EOS: the output ran to its own cap
   iterations = int(np.count_nonzero(np.asarray(trace.accepted[:, 0])))
   final = tokens[:length]
   vocab_pieces = {}

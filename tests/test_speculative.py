@@ -204,6 +204,12 @@ def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir,
   greedy_out = model.translate(texts, algorithm='greedy')
   assert model.translate(texts, algorithm='spec', block_size=3) == greedy_out
   assert model.translate(texts, algorithm='spec', block_size=4, drafter='bigram') == greedy_out
+  from fastmt import ddgviz  # pylint: disable=g-import-not-at-top
+  translator = model.translator('spec', block_size=3)
+  trace = ddgviz.trace_sentence(translator, texts[0], translator.settings)
+  assert ' '.join(trace.pieces).replace(' ', '') and 'drafter=self' in trace.method
+  assert trace.accepted.sum() == len(trace.final) and (trace.accepted >= 1).all()
+  assert ddgviz.draw_sentences(translator, texts[:1], translator.settings, str(tmp_path / 'viz'))
   at_model = fastmt.load(trained_workdir)
   with pytest.raises(FastmtError, match='selfdraft'):
     at_model.translate(texts, algorithm='spec')
