@@ -211,3 +211,26 @@ def test_an_old_vocabulary_is_extended_for_fine_tuning(tmp_path, tiny_config):
   train_lib.train_and_evaluate(config, workdir)
   assert workdir_lib.load_model_config(workdir).vocab_size == base.vocab_size + len(added)
   assert len(fastmt.load(workdir).translate(['In the beginning'], algorithm='hrt')) == 1
+
+
+@pytest.mark.parametrize('lengths', [[3, 1], [9, 20], [12, 5], [17, 5]])
+def test_stage_two_on_the_used_length_equals_the_full_pass(lengths):
+  """fill_masks_bucketed runs stage II over the longest row's bucket only: the same tokens and scores as the
+  pass over every stage-I slot (masked slots never see PAD slots), on a random model."""
+  from conftest import model_step, random_model  # pylint: disable=g-import-not-at-top
+  from fastmt import models  # pylint: disable=g-import-not-at-top
+  from fastmt.decoding import hrt as two_pass  # pylint: disable=g-import-not-at-top
+  model, params = random_model(3)
+  rng = np.random.default_rng(sum(lengths))
+  m, k, mask_id = 20, 2, 33
+  skip = np.zeros((len(lengths), m), np.int32)
+  for row, n in enumerate(lengths):
+    skip[row, :n - 1] = rng.integers(4, 30, n - 1)
+    skip[row, n - 1] = EOS_ID
+  source = jnp.asarray(rng.integers(4, 30, (len(lengths), 6)))
+  step_fn = model_step(model, params, source)
+  cache = models.init_cache(model.config, len(lengths), m * k)
+  full = two_pass.fill_masks(step_fn, cache, jnp.asarray(skip), k, mask_id)
+  bucketed = two_pass.fill_masks_bucketed(step_fn, cache, jnp.asarray(skip), k, mask_id)
+  np.testing.assert_array_equal(bucketed[0], full[0])
+  np.testing.assert_allclose(bucketed[1], full[1], rtol=1e-5, atol=1e-5)

@@ -44,17 +44,36 @@ def fill_masks(step_fn: DecoderStepFn, cache, skip_tokens: jax.Array, k: int, ma
   cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
   if cache_length < length:
     raise ValueError(f'cache has {cache_length} slots, stage II needs {length}')
-  fresh = jax.tree_util.tree_map(jnp.zeros_like, cache)
-  visible = jnp.pad(x != PAD_ID, ((0, 0), (0, cache_length - length)))  # every real slot sees every other
-  mask = jnp.broadcast_to(visible[:, None, :], (rows, length, cache_length))
+  fresh = jax.tree_util.tree_map(lambda c: jnp.zeros_like(c[:, :length]), cache)  # one pass: `length` slots
+  visible = x != PAD_ID  # every real slot sees every other
+  mask = jnp.broadcast_to(visible[:, None, :], (rows, length, length))
   positions = jnp.broadcast_to(jnp.arange(1, length + 1, dtype=jnp.int32), (rows, length))
   logits, _ = step_fn(x, positions, mask, fresh, jnp.zeros((rows,), jnp.int32))
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
-  best = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)
+  best = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # on the logits: greedy needs no softmax
   is_mask = x == mask_id
   filled = jnp.where(is_mask, best, x)
-  score = jnp.where(is_mask, jnp.max(log_probs, axis=-1), 0.0).sum(-1)
+  # Only Eq. 2 (beams) reads the score; under jit an unread score costs nothing.
+  best_log_prob = jnp.max(logits, axis=-1) - jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)
+  score = jnp.where(is_mask, best_log_prob, 0.0).sum(-1)
   return chunks.truncate_at_first_eos(filled), score
+
+
+def fill_masks_bucketed(step_fn: DecoderStepFn, cache, skip_tokens: jax.Array, k: int, mask_id: int):
+  """fill_masks over only as many stage-I tokens as the longest row has (rounded up to a bucket of 8, 16, 32,
+  ... of them), chosen at run time with lax.switch: stage II is one pass over L positions, and the cap L of a
+  batch's source bucket is often twice its longest output. The same result as fill_masks on all [R, m]."""
+  rows, m = skip_tokens.shape
+  sizes = sorted({min(m, s) for s in (8, 16, 32, 64, 128, 256, 512)} | {m})
+  used = jnp.max(jnp.sum(skip_tokens != PAD_ID, axis=1))
+
+  def branch(size):
+    def run(tokens):
+      filled, score = fill_masks(step_fn, cache, tokens[:, :size], k, mask_id)
+      return jnp.pad(filled, ((0, 0), (0, (m - size) * k))), score
+    return run
+
+  index = jnp.searchsorted(jnp.asarray(sizes), used)  # the smallest bucket that holds every row
+  return jax.lax.switch(jnp.minimum(index, len(sizes) - 1), [branch(size) for size in sizes], skip_tokens)
 
 
 def _fit(tokens: jax.Array, caps: jax.Array, max_length: int) -> jax.Array:
@@ -78,17 +97,19 @@ def hrt_decode(step_fn: DecoderStepFn, cache, batch_size: int, max_length: int, 
   first_caps = stage_one_caps(caps, k)
   first_length = max(1, max_length // k)
   skip = skip_step(step_fn, k, bos_k_id)
+  # Stage I writes first_length slots: its own cache of that length (less attention per step than max_length).
+  first_cache = jax.tree_util.tree_map(lambda c: c[:, :first_length], cache)
   if beam_size == 1:
-    first = greedy_search(skip, cache, batch_size, first_length, first_caps)
-    tokens, _ = fill_masks(step_fn, cache, first.tokens, k, mask_id)
+    first = greedy_search(skip, first_cache, batch_size, first_length, first_caps)
+    tokens, _ = fill_masks_bucketed(step_fn, cache, first.tokens, k, mask_id)
     calls = first.decoder_calls + (caps > 0)
     return DecodeOutput(_fit(tokens, caps, max_length), calls, first.loop_iterations + 1)
 
-  first, skip_scores = beam_search_top(skip, cache, batch_size, beam_size, first_length, nat_beam_size, alpha,
-                                       first_caps)
+  first, skip_scores = beam_search_top(skip, first_cache, batch_size, beam_size, first_length, nat_beam_size,
+                                       alpha, first_caps)
   # Stage II rows: the top b_nat hypotheses in a sentence's first b_nat beam rows, PAD rows after them.
   rows = jnp.pad(first.tokens, ((0, 0), (0, beam_size - nat_beam_size), (0, 0)))
-  filled, nat_scores = fill_masks(step_fn, cache, rows.reshape(batch_size * beam_size, -1), k, mask_id)
+  filled, nat_scores = fill_masks_bucketed(step_fn, cache, rows.reshape(batch_size * beam_size, -1), k, mask_id)
   filled = filled.reshape(batch_size, beam_size, -1)[:, :nat_beam_size]
   total = skip_scores + nat_scores.reshape(batch_size, beam_size)[:, :nat_beam_size]  # Eq. 2
   best = jnp.argmax(total, axis=1)
