@@ -16,6 +16,8 @@
 # 0 = the config's), TOKENS, SHAPE (quickstart | e6d1 | e12d1: must be AT's shape), ROWS, PARALLEL, EXTRA, PY,
 # BENCH_FLAGS.
 set -euo pipefail
+# shellcheck source=benchmarks/lib.sh
+source "$(dirname "$0")/lib.sh"
 PY=${PY:-python}
 RUNS=${RUNS:-runs/hrt}
 AT=${AT:-$RUNS/at}
@@ -33,18 +35,6 @@ ROWS=${ROWS:-hrt_k2:k2:mixed:ft hrt_k3:k3:mixed:ft hrt_k4:k4:mixed:ft hrt_k2_no_
 hrt_k2_no_mixed:k2:kd:ft hrt_k2_no_finetuning:k2:mixed:scratch}
 MAIN_ROWS=${MAIN_ROWS:-hrt_k2 hrt_k3 hrt_k4}  # timed with every method; the other rows are the ablations
 mkdir -p "$RUNS"
-
-sized() {
-  local flags=()
-  if [[ $STEPS -gt 0 ]]; then
-    flags+=(--config.num_train_steps="$STEPS" --config.checkpoint_every_steps=$(( (STEPS + 19) / 20 ))
-            --config.eval_every_steps="$STEPS" --config.max_checkpoints_to_keep=5)
-  fi
-  if [[ $TOKENS -gt 0 ]]; then flags+=(--config.tokens_per_batch="$TOKENS"); fi
-  echo "${flags[@]}" "$EXTRA"
-}
-
-has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
 
 if has_stage at && [[ ! -d $AT/checkpoints ]]; then
   $PY train.py --config configs/quickstart.py --workdir "$AT"
@@ -69,7 +59,7 @@ train_row() {  # train_row NAME CONFIG_ARG TARGETS INIT
   esac
   if [[ $SHAPE != quickstart ]]; then arg="$arg,$SHAPE"; fi
   # shellcheck disable=SC2046
-  $PY train.py --config "configs/hrt.py:$arg" --workdir "$RUNS/$name" "${flags[@]}" $(sized)
+  $PY train.py --config "configs/hrt.py:$arg" --workdir "$RUNS/$name" "${flags[@]}" $(training_flags "$STEPS")
   $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
   mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
 }

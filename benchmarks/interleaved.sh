@@ -18,6 +18,8 @@
 # SHAPE (quickstart | e6d1 | e12d1), ROWS (names below), PARALLEL (1 = train the rows at once: a large GPU),
 # EXTRA (more --config overrides for every row), PY, BENCH_FLAGS (more fastmt.bench flags).
 set -euo pipefail
+# shellcheck source=benchmarks/lib.sh
+source "$(dirname "$0")/lib.sh"
 PY=${PY:-python}
 RUNS=${RUNS:-runs/interleaved}
 TEACHER=${TEACHER:-$RUNS/teacher}
@@ -32,18 +34,6 @@ STAGES=${STAGES:-teacher distill students eval}
 ROWS=${ROWS:-at_kd:at:kd ib_kd:ib:kd sa_kd:sa:kd ib_sa_kd:ib_sa:kd im_kd:im:kd at_raw:at:raw ib_raw:ib:raw \
 ib_vanilla_mask_raw:ib_vanilla_mask:raw ib_vanilla_positions_raw:ib_vanilla_positions:raw}
 mkdir -p "$RUNS"
-
-sized() {  # the overrides every row shares: step budget (checkpoints scaled to it), batch size, EXTRA
-  local flags=()
-  if [[ $STEPS -gt 0 ]]; then
-    flags+=(--config.num_train_steps="$STEPS" --config.checkpoint_every_steps=$(( (STEPS + 19) / 20 ))
-            --config.eval_every_steps="$STEPS" --config.max_checkpoints_to_keep=5)
-  fi
-  if [[ $TOKENS -gt 0 ]]; then flags+=(--config.tokens_per_batch="$TOKENS"); fi
-  echo "${flags[@]}" "$EXTRA"
-}
-
-has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
 
 if has_stage teacher && [[ ! -d $TEACHER/checkpoints ]]; then
   $PY train.py --config configs/quickstart.py --workdir "$TEACHER"
@@ -65,7 +55,7 @@ train_row() {  # train_row NAME FACTORISATION TARGETS
   if [[ $SHAPE != quickstart ]]; then shape=",$SHAPE"; fi
   # shellcheck disable=SC2046
   $PY train.py --config "configs/interleaved.py:$factorisation$shape" --workdir "$RUNS/$name" "${data[@]}" \
-    $(sized)
+    $(training_flags "$STEPS")
   $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
   mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
 }

@@ -14,6 +14,8 @@
 # tokens per side per batch; 0 = the configs' own), STUDENTS (names below), EXTRA (more --config overrides for
 # every train.py, e.g. --config.dataset.data_dir=DIR), PY (python), EVAL_FLAGS (more fastmt.bench flags).
 set -euo pipefail
+# shellcheck source=benchmarks/lib.sh
+source "$(dirname "$0")/lib.sh"
 PY=${PY:-python}
 RUNS=${RUNS:-runs/royalflush}
 TEACHER_STEPS=${TEACHER_STEPS:-0}
@@ -26,22 +28,9 @@ STAGES=${STAGES:-teacher distill students eval}
 STUDENTS=${STUDENTS:-e6d6_raw:e6d6:raw e6d1_raw:e6d1:raw e6d1_kd:e6d1:kd e6d1_mixed:e6d1:mixed e12d1_kd:e12d1:kd}
 mkdir -p "$RUNS"
 
-# Overrides shared by every training run: step count (checkpoints and validations scaled to it) and batch size.
-sized() {  # sized STEPS
-  local steps=$1 flags=()
-  if [[ $steps -gt 0 ]]; then
-    flags+=(--config.num_train_steps="$steps" --config.checkpoint_every_steps=$(( (steps + 19) / 20 ))
-            --config.eval_every_steps=$(( (steps + 3) / 4 )) --config.max_checkpoints_to_keep=5)
-  fi
-  if [[ $TOKENS -gt 0 ]]; then flags+=(--config.tokens_per_batch="$TOKENS"); fi
-  echo "${flags[@]}" "$EXTRA"
-}
-
-has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
-
 if has_stage teacher; then
   # shellcheck disable=SC2046
-  $PY train.py --config configs/teacher.py --workdir "$RUNS/teacher" $(sized "$TEACHER_STEPS")
+  $PY train.py --config configs/teacher.py --workdir "$RUNS/teacher" $(training_flags "$TEACHER_STEPS" 4)
   rm -rf "$RUNS/teacher_avg5"
   $PY -m fastmt.checkpoint_average --workdir "$RUNS/teacher" --last 5 --output "$RUNS/teacher_avg5"
 fi
@@ -60,7 +49,7 @@ train_student() {  # train_student NAME CONFIG TARGETS: train.py, then the avera
     *) echo "unknown targets '$targets' for $name" >&2; return 2 ;;
   esac
   # shellcheck disable=SC2046
-  $PY train.py --config "configs/$config.py" --workdir "$RUNS/$name" "${data[@]}" $(sized "$STUDENT_STEPS")
+  $PY train.py --config "configs/$config.py" --workdir "$RUNS/$name" "${data[@]}" $(training_flags "$STUDENT_STEPS" 4)
   rm -rf "$RUNS/${name}_avg5"
   $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5"
 }

@@ -12,6 +12,8 @@
 # targets; default RUNS/kd_en_de, distilled by AT with beam 4 if missing), WIDTHS (draft blocks to train, default
 # "4"), STEPS (per row; 0 = the config's), TOKENS, METHODS (bench methods), EXTRA, PY, BENCH_FLAGS.
 set -euo pipefail
+# shellcheck source=benchmarks/lib.sh
+source "$(dirname "$0")/lib.sh"
 PY=${PY:-python}
 RUNS=${RUNS:-runs/spec}
 AT=${AT:-runs/quickstart}
@@ -25,18 +27,6 @@ STAGES=${STAGES:-distill drafters eval}
 METHODS=${METHODS:-greedy,pgj:3+bigram,spec:2,spec:3,spec:4,spec:4+bigram}
 mkdir -p "$RUNS"
 
-sized() {
-  local flags=()
-  if [[ $STEPS -gt 0 ]]; then
-    flags+=(--config.num_train_steps="$STEPS" --config.checkpoint_every_steps=$(( (STEPS + 19) / 20 ))
-            --config.eval_every_steps="$STEPS" --config.max_checkpoints_to_keep=5)
-  fi
-  if [[ $TOKENS -gt 0 ]]; then flags+=(--config.tokens_per_batch="$TOKENS"); fi
-  echo "${flags[@]}" "$EXTRA"
-}
-
-has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
-
 if has_stage distill && [[ ! -f $KD/manifest.json || $($PY -c "import json; m=json.load(open('$KD/manifest.json')); print(int(m['done'] == m['sources']))") != 1 ]]; then
   $PY -m fastmt.distill --teacher "$AT" --output_dir "$KD" --beam_size 4 --batch_size 32
 fi
@@ -48,7 +38,7 @@ if has_stage drafters; then
     start=$(date +%s)
     # shellcheck disable=SC2046
     $PY train.py --config "configs/selfdraft.py:w$width" --workdir "$RUNS/$name" --config.init_from="$AT" \
-      --config.dataset.distilled_dir="$KD" --config.dataset.p_raw=0.0 $(sized)
+      --config.dataset.distilled_dir="$KD" --config.dataset.p_raw=0.0 $(training_flags "$STEPS")
     echo "$name: $(( $(date +%s) - start )) s of fine-tuning" | tee -a "$RUNS/training_seconds.txt"
     $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
     mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
