@@ -1,7 +1,7 @@
 r"""The HRT table from benchmarks/hrt.sh's fastmt.bench runs (eval_b32: batch 32 and batch 1; eval_b8: batch 8;
 eval_ablations: BLEU of the ablation rows).
 
-    python benchmarks/hrt_table.py --runs runs/hrt
+    python benchmarks/hrt_table.py --runs runs/hrt [--eval_prefix eval_after]
 
 Per model and method: test BLEU/chrF, decoder calls per sentence, and the speed-up against the AT model's
 greedy at batch 1, 8 and 32 (each measured side by side in one process, interleaved repeats, median).
@@ -28,9 +28,10 @@ def label(method: str) -> tuple[str, str]:
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--runs', required=True)
+  parser.add_argument('--eval_prefix', default='eval', help='Reads RUNS/PREFIX_b32 and RUNS/PREFIX_b8.')
   args = parser.parse_args()
-  b32, b8 = load(os.path.join(args.runs, 'eval_b32', 'results.json')), load(os.path.join(args.runs, 'eval_b8',
-                                                                                             'results.json'))
+  b32 = load(os.path.join(args.runs, f'{args.eval_prefix}_b32', 'results.json'))
+  b8 = load(os.path.join(args.runs, f'{args.eval_prefix}_b8', 'results.json'))
   print('| model | method | BLEU | chrF | calls/sent | speed-up b1 | speed-up b8 | speed-up b32 |')
   print('|---|---|---|---|---|---|---|---|')
   for method, r in b32.items():
