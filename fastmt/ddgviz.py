@@ -70,8 +70,10 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
     mask_id = settings.draft_mask_id if settings.draft_mask_id is not None else translator.settings.draft_mask_id
     if mask_id is None:
       raise FastmtError("--drafter self needs a Translator for a selfdraft model (it resolves the <mask> id)")
+  # The translator's own projection (E^T for multi-position calls), so the trace is of the same computation.
   result, trace = _traced_decode(translator.params, jnp.asarray(src), jnp.asarray(row_caps), draft_table,
-                                 config=config, max_len=max_len, block=block, parallel=parallel, mask_id=mask_id)
+                                 translator.output_projection, config=config, max_len=max_len, block=block,
+                                 parallel=parallel, mask_id=mask_id)
   tokens = np.asarray(result.tokens[0])
   eos = np.flatnonzero(tokens == EOS_ID)
   length = int(eos[0]) + 1 if len(eos) else int(row_caps[0])  # no EOS: the output ran to its own cap
@@ -90,13 +92,15 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
 
 
 @functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel', 'mask_id'))
-def _traced_decode(params, source, row_caps, draft_table, *, config, max_len, block, parallel, mask_id):
+def _traced_decode(params, source, row_caps, draft_table, output_projection, *, config, max_len, block, parallel,
+                   mask_id):
   model = models.Transformer(config)
   encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
   memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
   cache = models.init_cache(config, source.shape[0], max_len + block * (1 if mask_id is None else 2))
   initializer = jacobi.pad_initializer if draft_table is None else jacobi.chain_initializer(draft_table)
-  return jacobi.jacobi_decode(make_step_fn(model, params, memory), cache, source.shape[0], max_len, block,
+  step_fn = make_step_fn(model, params, memory, output_projection=output_projection)
+  return jacobi.jacobi_decode(step_fn, cache, source.shape[0], max_len, block,
                               parallel_length=parallel, initializer=initializer, return_trace=True,
                               row_caps=row_caps, mask_id=mask_id)
 

@@ -92,6 +92,19 @@ def tiny_config():
   return config
 
 
+def fine_tuning_config(tiny_config, init_from: str, objective: str, options_key: str, options: dict, steps: int = 4):
+  """tiny_config as a short run of `objective` (its options under config.<options_key>) fine-tuned from
+  init_from: a checkpoint and a validation at the last step, BLEU on 4 sentences."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  config = ml_collections.ConfigDict(tiny_config.to_dict())
+  config.objective = objective
+  config[options_key] = ml_collections.ConfigDict(options)
+  config.init_from = init_from
+  config.num_train_steps, config.eval_every_steps, config.checkpoint_every_steps = steps, steps, steps
+  config.eval_bleu_sentences = 4
+  return config
+
+
 @pytest.fixture(scope='session')
 def trained_workdir(tmp_path_factory, tiny_config):
   """A tiny model trained for tiny_config.num_train_steps on the Genesis fixture (shared, read-only)."""

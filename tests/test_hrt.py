@@ -156,13 +156,9 @@ def test_bad_settings_are_clear_errors():
 def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_config, tmp_path):
   import ml_collections  # pylint: disable=g-import-not-at-top
   import fastmt  # pylint: disable=g-import-not-at-top
+  from conftest import fine_tuning_config  # pylint: disable=g-import-not-at-top
   from fastmt import train_lib  # pylint: disable=g-import-not-at-top
-  config = ml_collections.ConfigDict(tiny_config.to_dict())
-  config.objective = 'hrt'
-  config.hrt = ml_collections.ConfigDict(dict(chunk_size=2))
-  config.init_from = trained_workdir
-  config.num_train_steps, config.eval_every_steps, config.checkpoint_every_steps = 4, 4, 4
-  config.eval_bleu_sentences = 4
+  config = fine_tuning_config(tiny_config, trained_workdir, 'hrt', 'hrt', dict(chunk_size=2))
   workdir = str(tmp_path / 'hrt')
   train_lib.train_and_evaluate(config, workdir)
   model = fastmt.load(workdir)

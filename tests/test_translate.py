@@ -74,6 +74,36 @@ def test_cpu_layout_and_compiler_options_translate_the_same(model_parts, algorit
     assert Translator(*model_parts, settings, **options).translate(lines, batch_size=4)[0] == expected, options
 
 
+def test_multi_position_calls_project_with_the_laid_out_embedding_and_single_ones_do_not(model_parts):
+  """make_step_fn's output_projection is what calls over several positions or rows use (a zero one gives zero
+  logits there) and what a single position ignores; with E^T itself every call's logits equal the tied ones."""
+  from fastmt import models  # pylint: disable=g-import-not-at-top
+  from fastmt.decoding.step import causal_window_mask  # pylint: disable=g-import-not-at-top
+  config, params, _ = model_parts
+  model = models.Transformer(config)
+  laid_out = translate.transposed_output_layout(params)
+  for rows, width in ((1, 1), (1, 3), (2, 1)):
+    source = np.array([[5, 6, 7, 2]] * rows, np.int32)
+    encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+    memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+
+    def logits(projection):
+      step_fn = translate.make_step_fn(model, params, memory, output_projection=projection)
+      tokens = np.ones((rows, width), np.int32)
+      positions = np.broadcast_to(np.arange(width, dtype=np.int32), (rows, width))
+      offsets = np.zeros(rows, np.int32)
+      return np.asarray(step_fn(tokens, positions, causal_window_mask(offsets, width, 8),
+                                models.init_cache(config, rows, 8), offsets)[0])
+
+    tied = logits(None)
+    with_zero = logits(np.zeros_like(laid_out))
+    if rows * width > 1:
+      assert not with_zero.any()
+    else:
+      np.testing.assert_array_equal(with_zero, tied)
+    np.testing.assert_allclose(logits(laid_out), tied, rtol=1e-5, atol=1e-5)
+
+
 def test_a_source_at_the_maximum_length_still_matches_greedy(model_parts):
   config = model_parts[0]
   line = ' '.join(['God'] * (config.max_length - 1))

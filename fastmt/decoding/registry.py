@@ -183,15 +183,19 @@ def validate(settings) -> None:
 DEFAULT_ALGORITHM = {'at': 'greedy', 'interleaved': 'ib', 'hrt': 'hrt', 'selfdraft': 'greedy'}
 
 
+def _drafter_fits(settings, objective: str) -> bool:
+  """--drafter self drafts with the model's <mask> slots: only a selfdraft model has learnt to fill them."""
+  return not (settings.algorithm == 'spec' and settings.drafter == 'self') or objective == 'selfdraft'
+
+
 def decodes(settings, objective: str) -> bool:
   """Whether these settings can decode a model trained with `objective` (algorithm and drafter)."""
-  drafter_fits = not (settings.algorithm == 'spec' and settings.drafter == 'self') or objective == 'selfdraft'
-  return objective in get(settings.algorithm).objectives and drafter_fits
+  return objective in get(settings.algorithm).objectives and _drafter_fits(settings, objective)
 
 
 def check_drafter(settings, objective: str) -> None:
-  """--drafter self drafts with the model's <mask> slots: only a model trained to fill them can."""
-  if settings.algorithm == 'spec' and settings.drafter == 'self' and objective != 'selfdraft':
+  """A clear error where _drafter_fits does not hold."""
+  if not _drafter_fits(settings, objective):
     raise FastmtError(f"--drafter self needs a model trained with the selfdraft objective (configs/selfdraft.py); "
                       f"this model was trained with {objective!r}: use --drafter bigram or pad")
 

@@ -74,15 +74,14 @@ def draft_batch(batch: dict, step, options: SelfDraftOptions, mask_id: int) -> d
   outputs = (cuts[:, :, None] + jnp.arange(width)).reshape(batch_size, -1)  # [B, K W]: the token each predicts
   padded = jnp.pad(target, ((0, 0), (0, width)))
   mask_target = jnp.take_along_axis(padded, outputs, axis=1)  # PAD past the row's EOS
-  real = ((target != PAD_ID).sum(axis=1) > 0)[:, None]
-  mask_weights = ((mask_target != PAD_ID) & real) * options.draft_weight
+  mask_weights = (mask_target != PAD_ID) * options.draft_weight  # an all-PAD row scores nothing
   positions = jnp.concatenate([at['positions'], jnp.minimum(outputs, length - 1)], axis=1)  # past T: unscored
   return dict(source=batch['source'],
               decoder_input=jnp.concatenate([at['decoder_input'], jnp.full_like(outputs, mask_id)], axis=1),
               positions=positions.astype(jnp.int32),
               self_mask=block_mask(length, cuts, width),
               target=jnp.concatenate([target, mask_target], axis=1).astype(jnp.int32),
-              weights=jnp.concatenate([at['weights'] * real, mask_weights], axis=1).astype(jnp.float32))
+              weights=jnp.concatenate([at['weights'], mask_weights], axis=1).astype(jnp.float32))
 
 
 def mask_id_of(tokenizer) -> int:
