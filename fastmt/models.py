@@ -161,9 +161,13 @@ class Transformer(nn.Module):
         new_k.append(layer_cache[0])
         new_v.append(layer_cache[1])
     hidden = self.decoder_norm(x)
-    logits = self.embed.attend(hidden.astype(jnp.float32)) if return_logits else None
+    logits = self.project(hidden) if return_logits else None
     new_cache = None if cache is None else {'k': tuple(new_k), 'v': tuple(new_v)}
     return logits, hidden, new_cache
+
+  def project(self, hidden):
+    """The tied output projection: hidden [..., E] (decode's) -> logits float32 [..., V]."""
+    return self.embed.attend(hidden.astype(jnp.float32))
 
   def __call__(self, source, decoder_input, positions=None, self_mask=None, deterministic: bool = True,
                directions=None):

@@ -92,16 +92,21 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None, outpu
     projection without reading E through a transpose (faster for beam, Jacobi and batches on XLA:CPU,
     docs/BENCHMARKS.md); a single position keeps the tied projection, a matrix-vector product over E's rows
     that is already as fast.
+  The step function takes DecoderStepFn's optional `project` (logits at only some of the new positions).
   """
-  def step_fn(tokens, positions, self_mask, cache, write_offsets, directions=None):
-    transposed = output_projection is not None and tokens.size > 1
-    logits, hidden, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache,
-                                        write_offsets, return_logits=clusters is None and not transposed,
-                                        directions=directions, method=models.Transformer.decode)
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None, directions=None):
+    rows_projected = tokens.shape[0] * (tokens.shape[1] if project is None else project.shape[0])
+    transposed = output_projection is not None and rows_projected > 1
+    _, hidden, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache, write_offsets,
+                                   return_logits=False, directions=directions, method=models.Transformer.decode)
+    if project is not None:
+      hidden = hidden[:, project]
     if clusters is not None:
       logits, _ = projection.clustered_logits(hidden, params['embed']['embedding'], clusters)
     elif transposed:
       logits = jnp.dot(hidden.astype(jnp.float32), output_projection)
+    else:  # the model's own tied projection
+      logits = model.apply({'params': params}, hidden, method=models.Transformer.project)
     return logits, cache
   return step_fn
 

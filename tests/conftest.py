@@ -71,13 +71,13 @@ def model_step(model, params, source, eos_after=None):
   encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
   memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
 
-  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None):
     logits, _, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache, write_offsets,
                                    method=models.Transformer.decode)
     if eos_after is not None:
       boost = (positions >= jnp.asarray(eos_after)[:, None]) * 1e4
       logits = logits.at[..., EOS_ID].add(boost)
-    return logits, cache
+    return (logits if project is None else logits[:, project]), cache
   return step_fn
 
 

@@ -87,14 +87,15 @@ def oracle_hrt_step(natural, k):
   predicts y~[p + k - 1] (Skip-AT); a longer call is stage II and predicts y~[p - 1] at position p."""
   extended = chunks.extended_target(jnp.asarray(natural), k)
 
-  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None):
     index = jnp.where(tokens.shape[1] == 1, positions + k - 1, positions - 1)
     index = jnp.clip(index, 0, extended.shape[1] - 1)
     predicted = jnp.take_along_axis(extended, index, axis=1)
     # EOS far below every other wrong token: beam search's runner-up continuations are words, not early EOS
     # (a sentence with K finished hypotheses stops, whatever its live ones score).
     eos_penalty = jnp.where(predicted == EOS_ID, 0.0, -100.0)[..., None] * jax.nn.one_hot(EOS_ID, 16)
-    return one_hot_logits(predicted) + eos_penalty, cache
+    logits = one_hot_logits(predicted) + eos_penalty
+    return (logits if project is None else logits[:, project]), cache
   return step_fn
 
 
@@ -127,11 +128,11 @@ def test_stage_two_eos_inside_a_chunk_truncates_and_caps_bound_stage_one():
   most cap // k calls, so stage II never exceeds the cap (a source at the maximum length)."""
   natural = natural_rows([9], 20)
 
-  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None):
     logits, cache = oracle_hrt_step(natural, 2)(tokens, positions, self_mask, cache, write_offsets)
     if tokens.shape[1] > 1:  # stage II: EOS at the masks of positions 3 and 5
       logits = logits.at[:, 2, EOS_ID].set(100.0).at[:, 4, EOS_ID].set(100.0)
-    return logits, cache
+    return (logits if project is None else logits[:, project]), cache
   out = hrt_decode(step_fn, stub_cache(1, 20), 1, 20, 2, MASK_ID, BOS_K)
   assert np.asarray(out.tokens)[0].tolist()[:4] == natural[0, :2].tolist() + [EOS_ID, PAD_ID]
   capped = hrt_decode(oracle_hrt_step(natural, 2), stub_cache(1, 20), 1, 20, 2, MASK_ID, BOS_K,

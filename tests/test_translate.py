@@ -104,6 +104,27 @@ def test_multi_position_calls_project_with_the_laid_out_embedding_and_single_one
     np.testing.assert_allclose(logits(laid_out), tied, rtol=1e-5, atol=1e-5)
 
 
+def test_projecting_some_positions_equals_those_positions_of_the_full_logits(model_parts):
+  """DecoderStepFn's `project` (HRT's stage II asks for its masks only): the logits at those positions of a
+  full call, with the tied projection and with E^T laid out once, for one row and for several."""
+  from fastmt import models  # pylint: disable=g-import-not-at-top
+  config, params, _ = model_parts
+  model = models.Transformer(config)
+  for rows, projection in itertools.product((1, 3), (None, translate.transposed_output_layout(params))):
+    source = np.array([[5, 6, 7, 2]] * rows, np.int32)
+    encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+    memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+    step_fn = translate.make_step_fn(model, params, memory, output_projection=projection)
+    tokens = np.arange(4, 4 + rows * 5, dtype=np.int32).reshape(rows, 5)
+    positions = np.broadcast_to(np.arange(1, 6, dtype=np.int32), (rows, 5))
+    mask = np.ones((rows, 5, 5), bool)
+    call = lambda **kw: np.asarray(step_fn(tokens, positions, mask, models.init_cache(config, rows, 5),
+                                           np.zeros(rows, np.int32), **kw)[0])
+    full = call()
+    for project in ([0, 2, 3], [4]):
+      np.testing.assert_allclose(call(project=np.array(project)), full[:, project], rtol=1e-5, atol=1e-5)
+
+
 def test_a_source_at_the_maximum_length_still_matches_greedy(model_parts):
   config = model_parts[0]
   line = ' '.join(['God'] * (config.max_length - 1))

@@ -13,6 +13,7 @@ the two-stage decoder (hrt.py), so that the two cannot disagree.
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fastmt.data.tokenizer import EOS_ID, PAD_ID
 
@@ -38,9 +39,10 @@ def skip_positions(num: int, k: int) -> jax.Array:
   return (jnp.arange(num) * k).astype(jnp.int32)
 
 
-def is_chunk_last(length: int, k: int) -> jax.Array:
-  """bool [length]: the slots Skip-AT produces (1-based index a multiple of k); the others are masked."""
-  return (jnp.arange(length) % k) == k - 1
+def is_chunk_last(length: int, k: int) -> np.ndarray:
+  """bool [length]: the slots Skip-AT produces (1-based index a multiple of k); the others are masked.
+  A constant of the shapes (numpy), so that it can index under jit."""
+  return (np.arange(length) % k) == k - 1
 
 
 def masked_input(skip_tokens: jax.Array, k: int, mask_id: int) -> jax.Array:

@@ -4,7 +4,8 @@ Stage I (Skip-AT): autoregressive over every k-th position, from <bos_k>, with t
 L // k calls for an output cap of L (each row its own), so stage II never exceeds L. It is greedy_search or
 beam search on a decoder step that feeds position p as p * k and the start symbol as <bos_k>.
 Stage II (Skip-CMLM): one decoder call over the k - 1 masks placed before every stage-I token, with a
-bidirectional mask over the row's real slots; each mask takes its argmax; the result is cut at its first EOS.
+bidirectional mask over the row's real slots, projected to the vocabulary at the masks only; each mask takes
+its argmax; the result is cut at its first EOS.
 
 With beam sizes b_at >= b_nat the top b_nat stage-I hypotheses go through stage II and the best total
 score wins: Skip-AT log-probability + the Skip-CMLM log-probabilities of the filled masks (Eq. 2).
@@ -14,6 +15,7 @@ the rows beyond b_nat are all PAD and their scores ignored.
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fastmt.decoding import chunks
 from fastmt.decoding.beam import beam_search_top
@@ -48,10 +50,13 @@ def fill_masks(step_fn: DecoderStepFn, cache, skip_tokens: jax.Array, k: int, ma
   visible = x != PAD_ID  # every real slot sees every other
   mask = jnp.broadcast_to(visible[:, None, :], (rows, length, length))
   positions = jnp.broadcast_to(jnp.arange(1, length + 1, dtype=jnp.int32), (rows, length))
-  logits, _ = step_fn(x, positions, mask, fresh, jnp.zeros((rows,), jnp.int32))
+  # Logits at the masks only (the first k - 1 slots of every chunk): the output projection is most of this
+  # call's cost, and the stage-I slots already hold their tokens.
+  slots = np.flatnonzero(~chunks.is_chunk_last(length, k))
+  logits, _ = step_fn(x, positions, mask, fresh, jnp.zeros((rows,), jnp.int32), project=slots)
   best = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # on the logits: greedy needs no softmax
-  is_mask = x == mask_id
-  filled = jnp.where(is_mask, best, x)
+  is_mask = x[:, slots] == mask_id  # False in a PAD chunk (after the row's stage-I EOS)
+  filled = x.at[:, slots].set(jnp.where(is_mask, best, x[:, slots]))
   # Only Eq. 2 (beams) reads the score; under jit an unread score costs nothing.
   best_log_prob = jnp.max(logits, axis=-1) - jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)
   score = jnp.where(is_mask, best_log_prob, 0.0).sum(-1)

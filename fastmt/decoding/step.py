@@ -17,7 +17,7 @@ __all__ = ['DecoderStepFn', 'BOS_ID', 'EOS_ID', 'PAD_ID', 'causal_window_mask', 
 class DecoderStepFn(Protocol):
 
   def __call__(self, tokens: jax.Array, positions: jax.Array, self_mask: jax.Array, cache: Any,
-               write_offsets: jax.Array) -> tuple[jax.Array, Any]:
+               write_offsets: jax.Array, project: jax.Array | None = None) -> tuple[jax.Array, Any]:
     """Runs the decoder over T new positions per row.
 
     Args:
@@ -26,8 +26,11 @@ class DecoderStepFn(Protocol):
       cache: the cache pytree; the new positions' keys/values are written at slots
         write_offsets[b] .. write_offsets[b] + T - 1.
       write_offsets: int32 [B].
+      project: optional int32 [P], the same for every row: logits only for these of the T new positions
+        (HRT's stage II needs them at its masks only; the output projection is most of a wide call's cost).
+        Decoders that never pass it may be given step functions without it.
     Returns:
-      (logits float32 [B, T, V], updated cache).
+      (logits float32 [B, T, V], or [B, P, V] with `project`; updated cache).
     """
 
 
