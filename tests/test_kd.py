@@ -156,6 +156,21 @@ def test_training_on_distilled_data_uses_the_teachers_vocabulary(trained_workdir
     pipeline.load_training_data(config, student)
 
 
+def test_a_student_of_a_teacher_with_an_old_vocabulary_gains_the_reserved_symbols(tiny_config, tmp_path):
+  """A teacher trained before fastmt reserved <mask> and the chunk starts: its students' copy of the vocabulary
+  appends them (same ids and segmentation), so that an HRT or self-drafting student can train from scratch."""
+  from fastmt.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  train = corpus.load_split(tiny_config.dataset, 'train')
+  kd = tmp_path / 'kd'
+  kd.mkdir()
+  old = tokenizer_lib.train_tokenizer(train.sources + train.targets, str(kd / workdir_lib.TOKENIZER_FILE), 300)
+  config = copy.deepcopy(tiny_config)
+  config.dataset.distilled_dir = str(kd)
+  student = pipeline.get_tokenizer(config, str(tmp_path / 'student'), train)
+  assert student.special_id('<mask>') == old.vocab_size
+  assert [list(x) for x in student.encode(train.targets[:20])] == [list(x) for x in old.encode(train.targets[:20])]
+
+
 def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(trained_workdir, tmp_path):
   """The RoyalFlush table's rows come from one process: --compare adds NAME/method rows next to --workdir's."""
   from fastmt import bench  # pylint: disable=g-import-not-at-top

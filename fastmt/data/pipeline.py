@@ -3,7 +3,6 @@
 import dataclasses
 import logging
 import os
-import shutil
 
 from fastmt.data import batching, corpus, distilled
 from fastmt.data.tokenizer import RESERVED_SYMBOLS, Tokenizer, extend_with_reserved, train_tokenizer
@@ -24,7 +23,8 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
   """Loads workdir/spm.model, or trains it on the training split's source and target text.
 
   A student of distilled data uses its teacher's vocabulary, copied from the distillation directory, and a
-  fine-tuned model (config.init_from) its initial model's; a workdir that already has another vocabulary, or
+  fine-tuned model (config.init_from) its initial model's; either gains the reserved symbols it lacks (a
+  vocabulary from before their reservation), so that any objective can train on it; a workdir that already has another vocabulary, or
   a teacher and an initial model with different ones, is an error.
   """
   path = os.path.join(workdir, TOKENIZER_FILE)
@@ -45,7 +45,10 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
     distilled.check_same_vocabulary(teacher_spm, workdir)
     if not os.path.exists(path):
       os.makedirs(workdir, exist_ok=True)
-      shutil.copyfile(teacher_spm, path)
+      added = extend_with_reserved(teacher_spm, path)  # as for init_from: a student may train any objective
+      if added:
+        logging.warning('%s predates fastmt\'s reserved symbols: %d appended to the student\'s copy in %s',
+                        teacher_spm, len(added), workdir)
   if os.path.exists(path):
     return Tokenizer(path)
   return train_tokenizer(train.sources + train.targets, path, config.vocab_size, seed=config.seed,
