@@ -122,13 +122,15 @@ _COLOURS = {'final': '#dddddd', 'correct': '#b7e4b0', 'wrong': '#f4b6b6'}
 
 
 def render_png(trace: SentenceTrace, path: str) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  # A Figure of its own, not pyplot: drawing a file must not switch the caller's backend (a notebook's inline
+  # plots stopped showing after a DDGviz picture when this set matplotlib.use('Agg')).
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  from matplotlib.patches import Rectangle  # pylint: disable=g-import-not-at-top
   iterations, m = len(trace.starts), len(trace.final)
-  fig, ax = plt.subplots(figsize=(max(6, 0.75 * m + 1.5), 0.45 * (iterations + 2) + 1.2))
+  fig = Figure(figsize=(max(6, 0.75 * m + 1.5), 0.45 * (iterations + 2) + 1.2))
+  ax = fig.subplots()
   for k, pos, piece, state, committed, prob in _cells(trace):
-    ax.add_patch(plt.Rectangle((pos, k), 1, 1, facecolor=_COLOURS[state], edgecolor='black' if committed else 'white',
+    ax.add_patch(Rectangle((pos, k), 1, 1, facecolor=_COLOURS[state], edgecolor='black' if committed else 'white',
                                linewidth=2.0 if committed else 0.5))
     if piece:
       ax.text(pos + 0.5, k + 0.5, piece, ha='center', va='center', fontsize=7)
@@ -145,7 +147,6 @@ def render_png(trace: SentenceTrace, path: str) -> None:
     ax.spines[side].set_visible(False)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
-  plt.close(fig)
 
 
 def render_html(trace: SentenceTrace, path: str) -> None:

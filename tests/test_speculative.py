@@ -204,7 +204,14 @@ def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir,
   assert 'drafter=self' in trace.method
   assert [trace.piece_of[t] for t in trace.final.tolist()] == trace.pieces and len(trace.final) >= 1
   assert trace.accepted.sum() == len(trace.final) and (trace.accepted >= 1).all()
-  assert ddgviz.draw_sentences(translator, texts[:1], translator.settings, str(tmp_path / 'viz'))
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  backend = matplotlib.get_backend()
+  matplotlib.use('svg')  # any backend but Agg: drawing a picture must leave the caller's (a notebook's) alone
+  try:
+    assert ddgviz.draw_sentences(translator, texts[:1], translator.settings, str(tmp_path / 'viz'))
+    assert matplotlib.get_backend() == 'svg'
+  finally:
+    matplotlib.use(backend)
   at_model = fastmt.load(trained_workdir)
   with pytest.raises(FastmtError, match='selfdraft'):
     at_model.translate(texts, algorithm='spec')
