@@ -25,7 +25,6 @@ from fastmt import models, translate, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.data.tokenizer import EOS_ID
 from fastmt.decoding import hrt
-from fastmt.decoding.greedy import greedy_search
 
 FLAGS = flags.FLAGS
 
@@ -37,16 +36,14 @@ def encoder_only(params, source, *, config):
 
 
 def stage_one_only(params, source, caps, output_projection, *, config, settings):
-  """The encoder and hrt_decode's stage I, without stage II (greedy, b_at = 1)."""
+  """The encoder and hrt_decode's stage I (hrt.stage_one_greedy), without stage II."""
   model = models.Transformer(config)
   memory = encoder_only(params, source, config=config)
-  k = settings.chunk_size
-  _, bos_k_id = settings.hrt_symbols
   max_len = translate.output_cap(config, source.shape[1], settings)
-  first_length = max(1, max_len // k)
-  step = hrt.skip_step(translate.make_step_fn(model, params, memory, None, output_projection), k, bos_k_id)
-  cache = models.init_cache(config, source.shape[0], first_length)
-  return greedy_search(step, cache, source.shape[0], first_length, hrt.stage_one_caps(caps, k)).tokens
+  step_fn = translate.make_step_fn(model, params, memory, None, output_projection)
+  cache = models.init_cache(config, source.shape[0], max_len)
+  return hrt.stage_one_greedy(step_fn, cache, source.shape[0], max_len, settings.chunk_size,
+                              settings.hrt_symbols[1], caps).tokens
 
 
 def padded_source(ids):

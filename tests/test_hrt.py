@@ -111,7 +111,14 @@ def natural_rows(lengths, width):
 def test_two_stage_greedy_returns_the_oracle_and_counts_calls(k):
   lengths = [0, 1, 4, 7, 10]
   natural = natural_rows(lengths, 24)
-  out = hrt_decode(oracle_hrt_step(natural, k), stub_cache(5, 24), 5, 24, k, MASK_ID, BOS_K)
+  oracle, projected = oracle_hrt_step(natural, k), []
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None):
+    if tokens.shape[1] > 1:  # stage II asks for logits at its masks only: k - 1 of every k slots
+      projected.append((tokens.shape[1], None if project is None else np.asarray(project).tolist()))
+    return oracle(tokens, positions, self_mask, cache, write_offsets, project)
+  out = hrt_decode(step_fn, stub_cache(5, 24), 5, 24, k, MASK_ID, BOS_K)
+  assert projected and all(p == [i for i in range(w) if i % k != k - 1] for w, p in projected)
   assert (np.asarray(out.tokens) == natural).all()
   assert np.asarray(out.decoder_calls).tolist() == [-(-(n + 1) // k) + 1 for n in lengths]
 

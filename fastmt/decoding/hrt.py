@@ -88,6 +88,22 @@ def _fit(tokens: jax.Array, caps: jax.Array, max_length: int) -> jax.Array:
   return jnp.where(jnp.arange(max_length)[None, :] < caps[:, None], tokens, PAD_ID)
 
 
+def _stage_one_inputs(step_fn: DecoderStepFn, cache, max_length: int, k: int, bos_k_id: int, caps: jax.Array):
+  """(Skip-AT step, its cache, its length, its per-row caps): stage I writes max_length // k slots, so it runs
+  on a cache of that length (less attention per step than max_length)."""
+  first_length = max(1, max_length // k)
+  first_cache = jax.tree_util.tree_map(lambda c: c[:, :first_length], cache)
+  return skip_step(step_fn, k, bos_k_id), first_cache, first_length, stage_one_caps(caps, k)
+
+
+def stage_one_greedy(step_fn: DecoderStepFn, cache, batch_size: int, max_length: int, k: int, bos_k_id: int,
+                     caps: jax.Array) -> DecodeOutput:
+  """Stage I alone with b_at = 1 (greedy Skip-AT; tokens [B, max_length // k]): what hrt_decode runs before
+  stage II, and what benchmarks/hrt_cost.py times on its own."""
+  skip, first_cache, first_length, first_caps = _stage_one_inputs(step_fn, cache, max_length, k, bos_k_id, caps)
+  return greedy_search(skip, first_cache, batch_size, first_length, first_caps)
+
+
 def hrt_decode(step_fn: DecoderStepFn, cache, batch_size: int, max_length: int, chunk_size: int, mask_id: int,
                bos_k_id: int, beam_size: int = 1, nat_beam_size: int = 1, alpha: float = 0.6,
                row_caps: jax.Array | None = None) -> DecodeOutput:
@@ -99,17 +115,13 @@ def hrt_decode(step_fn: DecoderStepFn, cache, batch_size: int, max_length: int, 
   if not 1 <= nat_beam_size <= beam_size:
     raise ValueError(f'HRT needs 1 <= nat_beam_size <= beam_size, got {nat_beam_size} and {beam_size}')
   caps = row_limits(batch_size, max_length, row_caps)
-  first_caps = stage_one_caps(caps, k)
-  first_length = max(1, max_length // k)
-  skip = skip_step(step_fn, k, bos_k_id)
-  # Stage I writes first_length slots: its own cache of that length (less attention per step than max_length).
-  first_cache = jax.tree_util.tree_map(lambda c: c[:, :first_length], cache)
   if beam_size == 1:
-    first = greedy_search(skip, first_cache, batch_size, first_length, first_caps)
+    first = stage_one_greedy(step_fn, cache, batch_size, max_length, k, bos_k_id, caps)
     tokens, _ = fill_masks_bucketed(step_fn, cache, first.tokens, k, mask_id)
     calls = first.decoder_calls + (caps > 0)
     return DecodeOutput(_fit(tokens, caps, max_length), calls, first.loop_iterations + 1)
 
+  skip, first_cache, first_length, first_caps = _stage_one_inputs(step_fn, cache, max_length, k, bos_k_id, caps)
   first, skip_scores = beam_search_top(skip, first_cache, batch_size, beam_size, first_length, nat_beam_size,
                                        alpha, first_caps)
   # Stage II rows: the top b_nat hypotheses in a sentence's first b_nat beam rows, PAD rows after them.
