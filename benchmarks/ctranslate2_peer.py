@@ -2,7 +2,8 @@ r"""fastmt's greedy decoding against CTranslate2's, on the same checkpoint, in o
 
     .venv/bin/pip install ctranslate2   # 4.x; CPU wheels bundle their own GEMM and OpenMP
     .venv/bin/python benchmarks/ctranslate2_peer.py --workdir runs/quickstart --checkpoint latest \
-        --split test --output_dir /tmp/ct2_peer --repeats 5 --speed_sentences 150 --threads 1,2
+        --split test --output_dir /tmp/ct2_peer --repeats 5 --speed_sentences 150 --threads 1,2 \
+        --fastmt_dtypes float32,int8,int8_layers
 
 CTranslate2 is the usual answer to "how fast can a small Transformer translate on a CPU", so this script
 puts fastmt next to it, on fastmt's own weights. It
@@ -31,6 +32,10 @@ bucket (--output_cap=bucket, what fastmt/translate.py did before per-row caps). 
 to its longest cap and each row is cut to its own cap afterwards; greedy decoding is per row, so the cut row
 is what a per-row cap gives. Outputs at the cap are counted.
 
+--fastmt_dtypes adds fastmt in other precisions (fastmt.quantize's int8: per-channel int8 weights, per-row
+dynamic int8 activations, CTranslate2 int8's scheme) as methods of their own, with their time over
+CTranslate2 int8's (the [quant] bar) and their BLEU and agreement next to fastmt float32's.
+
 Prints a markdown table and writes <output_dir>/results.json (with the machine: nproc, CPU model, date,
 load, versions). Ratios are fastmt's time over CTranslate2's: above 1 means CTranslate2 is faster.
 """
@@ -50,7 +55,7 @@ import numpy as np
 import sacrebleu
 import sentencepiece as spm
 
-from fastmt import cli, translate, workdir as workdir_lib
+from fastmt import cli, precision, translate, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.data.tokenizer import BOS_ID, EOS_ID, UNK_ID
 from fastmt.layers import sinusoidal_positions
@@ -254,6 +259,9 @@ def main(argv):
   params, step = workdir_lib.restore_params(FLAGS.workdir, config, FLAGS.checkpoint)
   settings = translate.DecodeSettings('greedy')
   fastmt = translate.Translator(config, params, tokenizer, settings)
+  # fastmt in other precisions ('fastmt int8', ...): the same weights, quantized by fastmt.quantize.
+  variants = {f'fastmt {d}': translate.Translator(*precision.for_inference(config, params, d), tokenizer, settings)
+              for d in FLAGS.fastmt_dtypes if d != 'float32'}
   sp = spm.SentencePieceProcessor(model_file=tokenizer.model_path)  # the same model fastmt's Tokenizer wraps
   data = corpus.load_split(workdir_lib.load_train_config(FLAGS.workdir).dataset, FLAGS.split)
   sources, references = list(data.sources), list(data.targets)
@@ -279,7 +287,7 @@ def main(argv):
   buckets = getattr(fastmt, 'buckets', None)  # only --output_cap=bucket needs them
   peers = {(c, t): Ct2Peer(model_dirs[c], c, t, sp, config, settings, buckets, FLAGS.output_cap)
            for c in COMPUTE_TYPES for t in threads}
-  methods = [('fastmt', fastmt.translate)] + [
+  methods = [('fastmt', fastmt.translate)] + [(name, v.translate) for name, v in variants.items()] + [
       (f'ct2 {c} t{t}', peer.translate) for (c, t), peer in peers.items()]
 
   # Identical outputs, batch 32 on the whole split (also fastmt's and CTranslate2's warm-up for batch 32).
@@ -301,6 +309,13 @@ def main(argv):
         'identical_token_sequences': identical, 'mismatched': mismatched[:50],
         'identical_texts': sum(a == b for a, b in zip(texts, fastmt_texts)),
         'bleu': sacrebleu.corpus_bleu(texts, [references]).score, 'outputs_at_cap': at_cap}
+  for name, variant in variants.items():
+    ids, stats = variant.translate_ids(sources, FLAGS.batch_size)
+    texts, _ = variant.translate(sources, FLAGS.batch_size)
+    checks[name] = {'identical_token_sequences': sum(np.array_equal(a, b) for a, b in zip(ids, fastmt_ids)),
+                    'identical_texts': sum(a == b for a, b in zip(texts, fastmt_texts)),
+                    'bleu': sacrebleu.corpus_bleu(texts, [references]).score,
+                    'outputs_at_cap': int(stats.outputs_at_cap)}
   result['batch32_checks'] = checks
 
   # Batch 1: warm-up (compiles fastmt's batch-1 shapes) doubles as the batch-1 identity check.
@@ -309,6 +324,9 @@ def main(argv):
   for (c, t), peer in peers.items():
     outputs = [peer.translate_pieces([text], 1)[0][0] for text in speed_texts]
     result['batch1_identical'][f'ct2 {c} t{t}'] = _identical(fastmt_b1, outputs, sp)[0]
+  for name, variant in variants.items():
+    outputs = [variant.translate_ids([t], 1)[0][0] for t in speed_texts]
+    result['batch1_identical'][name] = sum(np.array_equal(a, b) for a, b in zip(outputs, fastmt_b1))
   for _, fn in methods:
     for text in speed_texts:
       fn([text], 1)
@@ -342,6 +360,18 @@ def main(argv):
                    rows[b32_best][f'batch{FLAGS.batch_size}_ratio_fastmt_over_this']}
   result['methods'] = rows
   result['ct2_best_threads'] = best
+  # The [quant] bar: fastmt int8's time over CTranslate2 int8's (1 thread, and its best thread count).
+  vs_ct2 = {}
+  for name in variants:
+    t1 = f'ct2 int8 t{threads[0]}'
+    vs_ct2[name] = {
+        f'batch1_time_over_{t1}': float(np.median(b1[name] / b1[t1])),
+        'batch1_time_over_ct2_int8_best': float(np.median(b1[name] / b1[best['int8']['batch1']])),
+        f'batch{FLAGS.batch_size}_time_over_{t1}': float(np.median(b32[name]) / np.median(b32[t1])),
+        f'batch{FLAGS.batch_size}_time_over_ct2_int8_best':
+            float(np.median(b32[name]) / np.median(b32[best['int8'][f'batch{FLAGS.batch_size}']])),
+        'bleu_minus_fastmt_float32': checks[name]['bleu'] - checks['fastmt']['bleu']}
+  result['fastmt_variants_vs_ct2_int8'] = vs_ct2
 
   bs = FLAGS.batch_size
   lines = [f'| method | b1 ms/sent (median of {len(speed_texts)}) | fastmt/this b1 | b{bs} sent/s | fastmt/this b{bs} '
@@ -360,6 +390,9 @@ def main(argv):
   print(f"checkpoint step {step}; outputs at the cap: fastmt {checks['fastmt']['outputs_at_cap']}, "
         + ', '.join(f"{n} {c['outputs_at_cap']}" for n, c in checks.items() if n != 'fastmt'))
   print('CTranslate2 best threads:', json.dumps(best))
+  for name, ratios in vs_ct2.items():
+    print(f'{name} vs CTranslate2 int8 (time ratio, below 1 = fastmt faster):',
+          json.dumps({k: round(v, 3) for k, v in ratios.items()}))
   path = os.path.join(FLAGS.output_dir, 'results.json')
   with open(path, 'w') as f:
     json.dump(result, f, indent=1)
@@ -376,6 +409,8 @@ def define_flags():
   flags.DEFINE_integer('speed_sentences', 150, 'Non-empty sentences from the start of the split timed at batch 1.')
   flags.DEFINE_integer('batch_size', 32, 'The larger batch size.')
   flags.DEFINE_string('threads', '1,2', 'CTranslate2 intra_threads values, comma-separated.')
+  flags.DEFINE_list('fastmt_dtypes', ['float32', 'int8'], "fastmt's precisions (decode.py --dtype values); "
+                    "'fastmt' (float32) is the reference the others are compared with.")
   flags.DEFINE_enum('output_cap', 'sentence', ['sentence', 'bucket'],
                     "fastmt's output cap: of each sentence's length, or of its batch's source bucket.")
   flags.mark_flags_as_required(['workdir', 'output_dir'])

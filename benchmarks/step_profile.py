@@ -3,11 +3,14 @@ r"""Where a decoder step's time goes on XLA's CPU backend: a jax.profiler trace 
     python benchmarks/step_profile.py --workdir runs/quickstart --algorithms greedy,pgj:3 --top 25
     python benchmarks/step_profile.py --workdir runs/quickstart --algorithms pgj:3 --transposed_output_embedding
     python benchmarks/step_profile.py --workdir runs/ib/ib_kd_avg5 --algorithms ib     # any model and method
+    python benchmarks/step_profile.py --workdir runs/quickstart --algorithms greedy --dtype int8 \
+        --transposed_output_embedding                                             # an int8 step (Translator's)
 
 For each algorithm: while-loop iterations, run time, and the kernels (XLA CPU thunks) that run at least once
 per iteration, in microseconds per iteration, largest first. --transposed_output_embedding computes the
 logits as hidden @ E^T with E^T laid out once outside the jitted function (Translator's transposed_output);
-the default uses the model's own tied projection. Run it on a quiet machine: it times kernels.
+the default uses the model's own tied projection. --dtype decodes as decode.py --dtype does (fastmt.precision).
+Run it on a quiet machine: it times kernels.
 """
 
 import collections
@@ -22,7 +25,7 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from fastmt import decode_lib, translate, workdir as workdir_lib
+from fastmt import decode_lib, precision, translate, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.data.tokenizer import EOS_ID
 from fastmt.decoding import registry
@@ -64,6 +67,7 @@ def main(argv):
   del argv
   config = workdir_lib.load_model_config(FLAGS.workdir)
   params, _ = workdir_lib.restore_params(FLAGS.workdir, config)
+  config, params = precision.for_inference(config, params, FLAGS.dtype)
   tokenizer = workdir_lib.load_tokenizer(FLAGS.workdir)
   text = corpus.load_split(workdir_lib.load_train_config(FLAGS.workdir).dataset, FLAGS.split).sources[FLAGS.sentence]
   ids = tokenizer.encode([text])[0]
@@ -95,6 +99,7 @@ def define_flags():
   flags.DEFINE_integer('sentence', 0, 'Index of the sentence in the split.')
   flags.DEFINE_integer('repeats', 20, 'Traced runs.')
   flags.DEFINE_integer('top', 25, 'Kernels to print per algorithm.')
+  flags.DEFINE_enum('dtype', 'float32', list(precision.DTYPES), 'Inference precision (decode.py --dtype).')
   flags.DEFINE_bool('transposed_output_embedding', False, 'Logits as hidden @ E^T with E^T laid out once.')
 
 

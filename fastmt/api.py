@@ -94,7 +94,8 @@ class TranslationModel:
 def load(workdir: str, checkpoint='latest', dtype: str = 'float32') -> TranslationModel:
   """A train.py work directory's checkpoint ('latest', 'best' or a step number) as a TranslationModel.
 
-  dtype 'bfloat16' decodes in half precision (float32 softmax and logits). Errors (a missing directory or
+  dtype 'bfloat16' decodes in half precision (float32 softmax and logits); 'int8' / 'int8_layers' in 8 bits
+  (fastmt.quantize). Errors (a missing directory or
   step, no best checkpoint kept, a checkpoint of another architecture) are FastmtErrors.
   """
   if not os.path.isdir(workdir):

@@ -22,12 +22,17 @@ class ModelConfig:
   # Learned direction embeddings added to the decoder inputs (IMDecoder, Eq. 10): the number of directions,
   # 0 = none (every other model; checkpoints from before the field load unchanged).
   num_directions: int = 0
+  # Inference only, set by fastmt.precision.for_inference (decode.py --dtype int8): '' = float weights;
+  # 'int8' / 'int8_layers' = the int8 parameter layout of fastmt.quantize.
+  quantization: str = ''
 
   def __post_init__(self):
     if self.emb_dim % self.num_heads or self.emb_dim % 2:
       raise FastmtError(f'emb_dim {self.emb_dim} must be even and divisible by num_heads {self.num_heads}')
     if self.num_directions < 0:
       raise FastmtError(f'num_directions must be >= 0, got {self.num_directions}')
+    if self.quantization not in ('', 'int8', 'int8_layers'):
+      raise FastmtError(f"quantization must be '', 'int8' or 'int8_layers', got {self.quantization!r}")
 
   @property
   def head_dim(self) -> int:
@@ -41,10 +46,11 @@ class ModelConfig:
   def from_config(cls, model_config, vocab_size: int) -> 'ModelConfig':
     """From an ml_collections `config.model` block; an unknown key is an error, not a silent default."""
     values = dict(model_config)
-    known = {f.name for f in dataclasses.fields(cls)} - {'vocab_size'}
+    known = {f.name for f in dataclasses.fields(cls)} - {'vocab_size', 'quantization'}
     unknown = sorted(set(values) - known)
     if unknown:
-      raise FastmtError(f'Unknown model config keys {unknown}; known keys: {sorted(known)}')
+      hint = ' (int8 is for inference: decode.py --dtype int8)' if 'quantization' in unknown else ''
+      raise FastmtError(f'Unknown model config keys {unknown}; known keys: {sorted(known)}{hint}')
     return cls(vocab_size=vocab_size, **values)
 
   def to_json(self) -> str:

@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
+from fastmt import quantize
+
 # A finite stand-in for -inf: a fully masked row then softmaxes to a uniform distribution, never NaN.
 NEG_INF = -1e9
 
@@ -73,13 +75,15 @@ class MultiHeadAttention(nn.Module):
   head_dim: int
   out_dim: int
   dtype: jnp.dtype = jnp.float32
+  quantization: str = ''  # ModelConfig.quantization: '' = float kernels, else int8 (fastmt.quantize)
 
   def setup(self):
-    dense = lambda: nn.DenseGeneral((self.num_heads, self.head_dim), dtype=self.dtype)
+    dense_class = quantize.dense_class(self.quantization)
+    dense = lambda: dense_class((self.num_heads, self.head_dim), dtype=self.dtype)
     self.query = dense()
     self.key = dense()
     self.value = dense()
-    self.out = nn.DenseGeneral(self.out_dim, axis=(-2, -1), dtype=self.dtype)
+    self.out = dense_class(self.out_dim, axis=(-2, -1), dtype=self.dtype)
 
   def project_kv(self, x):
     """x [B, K, E] -> (keys, values), each [B, K, H, D]."""
@@ -116,10 +120,13 @@ class FeedForward(nn.Module):
   out_dim: int
   dropout_rate: float
   dtype: jnp.dtype = jnp.float32
+  quantization: str = ''  # as MultiHeadAttention's
 
   @nn.compact
   def __call__(self, x, deterministic: bool):
-    x = nn.Dense(self.hidden_dim, dtype=self.dtype)(x)
+    # Explicit names: the ones nn.Dense gets by default, so float and int8 models share one parameter tree.
+    dense_class = nn.Dense if not self.quantization else quantize.Int8DenseGeneral
+    x = dense_class(self.hidden_dim, dtype=self.dtype, name='Dense_0')(x)
     x = nn.relu(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
-    return nn.Dense(self.out_dim, dtype=self.dtype)(x)
+    return dense_class(self.out_dim, dtype=self.dtype, name='Dense_1')(x)

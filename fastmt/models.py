@@ -18,6 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from fastmt import quantize
 from fastmt.config import ModelConfig
 from fastmt.data.tokenizer import PAD_ID
 from fastmt.layers import FeedForward, MultiHeadAttention, sinusoidal_positions
@@ -53,10 +54,10 @@ class EncoderLayer(nn.Module):
     cfg = self.config
     dropout = nn.Dropout(cfg.dropout_rate)
     h = nn.LayerNorm(dtype=cfg.jnp_dtype)(x)
-    h, _ = MultiHeadAttention(cfg.num_heads, cfg.head_dim, cfg.emb_dim, cfg.jnp_dtype)(h, mask)
+    h, _ = MultiHeadAttention(cfg.num_heads, cfg.head_dim, cfg.emb_dim, cfg.jnp_dtype, cfg.quantization)(h, mask)
     x = x + dropout(h, deterministic=deterministic)
     h = nn.LayerNorm(dtype=cfg.jnp_dtype)(x)
-    h = FeedForward(cfg.mlp_dim, cfg.emb_dim, cfg.dropout_rate, cfg.jnp_dtype)(h, deterministic)
+    h = FeedForward(cfg.mlp_dim, cfg.emb_dim, cfg.dropout_rate, cfg.jnp_dtype, cfg.quantization)(h, deterministic)
     return x + dropout(h, deterministic=deterministic)
 
 
@@ -65,12 +66,13 @@ class DecoderLayer(nn.Module):
 
   def setup(self):
     cfg = self.config
+    attention = lambda: MultiHeadAttention(cfg.num_heads, cfg.head_dim, cfg.emb_dim, cfg.jnp_dtype, cfg.quantization)
     self.self_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
-    self.self_attention = MultiHeadAttention(cfg.num_heads, cfg.head_dim, cfg.emb_dim, cfg.jnp_dtype)
+    self.self_attention = attention()
     self.cross_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
-    self.cross_attention = MultiHeadAttention(cfg.num_heads, cfg.head_dim, cfg.emb_dim, cfg.jnp_dtype)
+    self.cross_attention = attention()
     self.mlp_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
-    self.mlp = FeedForward(cfg.mlp_dim, cfg.emb_dim, cfg.dropout_rate, cfg.jnp_dtype)
+    self.mlp = FeedForward(cfg.mlp_dim, cfg.emb_dim, cfg.dropout_rate, cfg.jnp_dtype, cfg.quantization)
     self.dropout = nn.Dropout(cfg.dropout_rate)
 
   def cross_kv(self, encoded):
@@ -91,8 +93,11 @@ class Transformer(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.embed = nn.Embed(cfg.vocab_size, cfg.emb_dim,
-                          embedding_init=nn.initializers.normal(stddev=cfg.emb_dim**-0.5))
+    if cfg.quantization == 'int8':  # the int8 table and its per-token scales (fastmt.quantize)
+      self.embed = quantize.Int8Embed(cfg.vocab_size, cfg.emb_dim)
+    else:
+      self.embed = nn.Embed(cfg.vocab_size, cfg.emb_dim,
+                            embedding_init=nn.initializers.normal(stddev=cfg.emb_dim**-0.5))
     self.encoder_layers = [EncoderLayer(cfg, name=f'encoder_{i}') for i in range(cfg.num_encoder_layers)]
     self.encoder_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
     self.decoder_layers = [DecoderLayer(cfg, name=f'decoder_{i}') for i in range(cfg.num_decoder_layers)]

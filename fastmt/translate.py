@@ -31,7 +31,7 @@ import numpy as np
 
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from fastmt import models, objectives, projection
+from fastmt import models, objectives, projection, quantize
 from fastmt.objectives import hrt as hrt_objective
 from fastmt.objectives import selfdraft
 from fastmt.config import ModelConfig
@@ -91,18 +91,22 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None, outpu
     calls over more than one position (rows x positions > 1) project with it, the same logits as the tied
     projection without reading E through a transpose (faster for beam, Jacobi and batches on XLA:CPU,
     docs/BENCHMARKS.md); a single position keeps the tied projection, a matrix-vector product over E's rows
-    that is already as fast.
+    that is already as fast. For an int8 embedding it is {'values': int8 [E, V], 'scale': [V]}, used by
+    every call (an int8 product reads the [E, V] layout fastest at any number of rows).
   The step function takes DecoderStepFn's optional `project` (logits at only some of the new positions).
   """
   def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None, directions=None):
     rows_projected = tokens.shape[0] * (tokens.shape[1] if project is None else project.shape[0])
-    transposed = output_projection is not None and rows_projected > 1
+    int8_projection = isinstance(output_projection, dict)
+    transposed = output_projection is not None and (rows_projected > 1 or int8_projection)
     _, hidden, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache, write_offsets,
                                    return_logits=False, directions=directions, method=models.Transformer.decode)
     if project is not None:
       hidden = hidden[:, project]
     if clusters is not None:
-      logits, _ = projection.clustered_logits(hidden, params['embed']['embedding'], clusters)
+      logits, _ = projection.clustered_logits(hidden, quantize.float_embedding(params), clusters)
+    elif int8_projection:
+      logits = quantize.int8_matmul(hidden, output_projection['values'], output_projection['scale'])
     elif transposed:
       logits = jnp.dot(hidden.astype(jnp.float32), output_projection)
     else:  # the model's own tied projection
@@ -111,9 +115,13 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None, outpu
   return step_fn
 
 
-def transposed_output_layout(params) -> np.ndarray:
-  """The tied output projection as a contiguous float32 [E, V] array (Translator's transposed_output)."""
-  return np.ascontiguousarray(np.asarray(params['embed']['embedding'], np.float32).T)
+def transposed_output_layout(params):
+  """The tied output projection as a contiguous float32 [E, V] array (Translator's transposed_output), or
+  for an int8 embedding {'values': int8 [E, V], 'scale': float32 [V]}."""
+  embed = params['embed']
+  if 'scale' in embed:
+    return {'values': np.ascontiguousarray(np.asarray(embed['embedding']).T), 'scale': np.asarray(embed['scale'])}
+  return np.ascontiguousarray(np.asarray(embed['embedding'], np.float32).T)
 
 
 def output_cap(config: ModelConfig, source_length: int, settings: DecodeSettings) -> int:

@@ -1,0 +1,181 @@
+"""8-bit inference (fastmt.quantize): the int8 scheme against a numpy reference, the quantized model against
+its float self, cached == uncached, every decoding algorithm through the Translator (the exact ones equal
+int8 greedy), clear errors, and a saved quantized model reloading to identical outputs."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import REPO, random_model, tiny_model_config
+from fastmt import models, precision, quantize, workdir as workdir_lib
+from fastmt.config import ModelConfig
+from fastmt.errors import FastmtError
+from fastmt.translate import DecodeSettings, Translator
+
+GENESIS = [line for line in open(REPO / 'tests/data/genesis.en', encoding='utf-8')][:10]
+
+
+def test_quantize_array_is_symmetric_per_channel_within_half_a_step(rng):
+  w = rng.normal(size=(24, 3, 5)).astype(np.float32)
+  w[:, 1, 2] = 0.0  # an all-zero output channel
+  values, scale = quantize.quantize_array(w, (0,))
+  assert values.dtype == np.int8 and scale.shape == (3, 5)
+  assert np.abs(values).max() == 127 and values.min() >= -127
+  assert scale[1, 2] == 1.0 and not values[:, 1, 2].any()
+  error = np.abs(np.asarray(quantize.dequantize_array(values, scale, (0,))) - w)
+  assert (error <= scale / 2 + 1e-7).all()
+
+
+def _reference_int8_matmul(x, values, scale):
+  """The scheme in numpy: per-row symmetric int8 activations, exact integer products, float rescale."""
+  amax = np.abs(x).max(-1, keepdims=True)
+  row_scale = np.where(amax > 0, amax / 127.0, 1.0)
+  q = np.clip(np.round(x / row_scale), -127, 127).astype(np.int64)
+  return (q @ values.astype(np.int64)).astype(np.float32) * row_scale * scale
+
+
+@pytest.mark.parametrize('rows', [1, 2, 7])
+def test_int8_matmul_equals_the_numpy_reference(rng, rows, monkeypatch):
+  x = rng.normal(size=(rows, 48)).astype(np.float32)
+  x[0] = 0.0  # an all-zero row
+  values, scale = quantize.quantize_array(rng.normal(size=(48, 20)).astype(np.float32), (0,))
+  expected = _reference_int8_matmul(x, values, scale)
+  for padded in (0, 1 << 30):  # every single row padded to two, or none
+    monkeypatch.setattr(quantize, 'YNN_MIN_WEIGHTS', padded)
+    out = np.asarray(jax.jit(quantize.int8_matmul)(x, values, scale))
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize('features, axis, in_shape', [((4, 8), -1, (32,)), (32, (-2, -1), (4, 8)), (64, -1, (32,))])
+def test_int8_dense_general_is_the_float_layer_on_quantized_weights_and_inputs(rng, features, axis, in_shape):
+  x = jnp.asarray(rng.normal(size=(3, 5) + in_shape), jnp.float32)
+  float_layer = nn.DenseGeneral(features, axis=axis)
+  params = float_layer.init(jax.random.PRNGKey(0), x)['params']
+  params = {'kernel': params['kernel'], 'bias': jnp.asarray(rng.normal(size=params['bias'].shape), jnp.float32)}
+  quantized = quantize.quantize_params({'layer': params})['layer']
+  assert quantized['kernel'].dtype == np.int8 and quantized['scale'].shape == params['bias'].shape
+  out = quantize.Int8DenseGeneral(features, axis=axis).apply({'params': quantized}, x)
+  reference = float_layer.apply({'params': params}, x)
+  assert out.shape == reference.shape
+  # Two 8-bit roundings: about 1% of the output's scale.
+  np.testing.assert_allclose(out, reference, atol=0.03 * float(jnp.abs(reference).max()))
+  k = int(np.prod(in_shape))
+  exact = _reference_int8_matmul(np.asarray(x).reshape(-1, k), quantized['kernel'].reshape(k, -1),
+                                 quantized['scale'].reshape(-1)) + quantized['bias'].reshape(-1)
+  np.testing.assert_allclose(np.asarray(out).reshape(exact.shape), exact, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('scheme', ['int8', 'int8_layers'])
+def test_quantized_model_is_close_to_float_and_cached_equals_uncached(rng, scheme):
+  config = tiny_model_config()
+  model, params = random_model(0, config)
+  q_config, q_params = precision.for_inference(config, params, scheme)
+  assert q_config.quantization == scheme
+  embedding = q_params['embed']['embedding']
+  assert embedding.dtype == (np.int8 if scheme == 'int8' else np.float32)
+  q_model = models.Transformer(q_config)
+  source = jnp.asarray(np.concatenate([rng.integers(4, 40, (2, 7)), np.zeros((2, 2), int)], 1))
+  target = jnp.asarray(rng.integers(4, 40, (2, 9)))
+  full = model.apply({'params': params}, source, target)
+  q_full = q_model.apply({'params': q_params}, source, target)
+  np.testing.assert_allclose(q_full, full, atol=0.08 * float(jnp.abs(full).max()))
+  encoded = q_model.apply({'params': q_params}, source, method=models.Transformer.encode)
+  memory = q_model.apply({'params': q_params}, encoded, source, method=models.Transformer.memory)
+  cache = models.init_cache(q_config, 2, 12)
+  steps = []
+  for t in range(9):
+    offsets = jnp.full((2,), t)
+    logits, _, cache = q_model.apply({'params': q_params}, target[:, t:t + 1], offsets[:, None],
+                                     models.cache_causal_mask(offsets, 1, 12), memory, cache, offsets,
+                                     method=models.Transformer.decode)
+    steps.append(logits)
+  np.testing.assert_allclose(jnp.concatenate(steps, 1), q_full, atol=1e-4, rtol=1e-4)
+
+
+@pytest.fixture(scope='module')
+def int8_parts(trained_workdir):
+  config = workdir_lib.load_model_config(trained_workdir)
+  params, _ = workdir_lib.restore_params(trained_workdir, config)
+  q_config, q_params = precision.for_inference(config, params, 'int8')
+  return q_config, q_params, workdir_lib.load_tokenizer(trained_workdir)
+
+
+@pytest.mark.parametrize('algorithm, options', [('pgj', {'block_size': 3}), ('hgj', {'parallel_length': 6}),
+                                                ('spec', {'drafter': 'pad', 'block_size': 3})])
+def test_exact_parallel_decoders_equal_int8_greedy(int8_parts, algorithm, options):
+  greedy, _ = Translator(*int8_parts).translate(GENESIS, batch_size=4)
+  parallel, _ = Translator(*int8_parts, DecodeSettings(algorithm, **options)).translate(GENESIS, batch_size=4)
+  assert parallel == greedy
+
+
+@pytest.mark.parametrize('transposed_output', [True, False])
+def test_int8_greedy_and_beam_translate_every_line_at_any_batch(int8_parts, transposed_output):
+  for settings in (DecodeSettings('greedy'), DecodeSettings('beam', beam_size=2)):
+    translator = Translator(*int8_parts, settings, transposed_output=transposed_output)
+    at_4, stats = translator.translate(GENESIS + [''], batch_size=4)
+    at_1, _ = translator.translate(GENESIS + [''], batch_size=1)
+    assert len(at_4) == len(GENESIS) + 1 and at_4[-1] == '' and stats.empty_inputs == 1
+    assert at_4 == at_1  # integer products: no batch-shape float drift in the matrices
+
+
+def test_int8_with_the_clustered_projection(trained_workdir, rng):
+  """int8_layers keeps the float embedding: clusters holding every token give its dense outputs exactly.
+  int8 dequantizes the table for the gathered rows: narrow clusters keep every output inside them."""
+  from fastmt import projection  # pylint: disable=g-import-not-at-top
+  from fastmt.data.tokenizer import EOS_ID  # pylint: disable=g-import-not-at-top
+  config = workdir_lib.load_model_config(trained_workdir)
+  params, _ = workdir_lib.restore_params(trained_workdir, config)
+  tokenizer = workdir_lib.load_tokenizer(trained_workdir)
+  hidden = rng.normal(size=(64, config.emb_dim)).astype(np.float32)
+  centroids = projection.fit_kmeans(hidden, 4)
+  every = projection.build_clusters(hidden, np.tile(np.arange(config.vocab_size), (64, 1)), centroids,
+                                    config.vocab_size)
+  layers = precision.for_inference(config, params, 'int8_layers')
+  dense, _ = Translator(*layers, tokenizer).translate(GENESIS, batch_size=4)
+  clustered, _ = Translator(*layers, tokenizer, clusters=every).translate(GENESIS, batch_size=4)
+  assert clustered == dense
+  allowed = np.arange(config.vocab_size - 60, config.vocab_size)
+  narrow = projection.build_clusters(hidden, np.tile(allowed, (64, 1)), centroids, config.vocab_size)
+  full = precision.for_inference(config, params, 'int8')
+  for settings in (DecodeSettings('greedy'), DecodeSettings('beam', beam_size=2)):
+    outputs = Translator(*full, tokenizer, settings, clusters=narrow).translate_ids(GENESIS, 4)[0]
+    tokens = {t for row in outputs for t in row} - {EOS_ID}
+    assert tokens and tokens <= set(allowed.tolist())
+
+
+def test_quantized_model_saved_and_reloaded_translates_identically(int8_parts, tmp_path):
+  config, params, tokenizer = int8_parts
+  quantize.save(str(tmp_path / 'int8'), config, params)
+  loaded_config, loaded = quantize.load(str(tmp_path / 'int8'))
+  assert loaded_config == config
+  jax.tree_util.tree_map(np.testing.assert_array_equal, loaded, jax.tree_util.tree_map(np.asarray, params))
+  before, _ = Translator(config, params, tokenizer).translate(GENESIS, batch_size=4)
+  after, _ = Translator(*precision.for_inference(loaded_config, loaded, 'int8'), tokenizer).translate(
+      GENESIS, batch_size=4)
+  assert after == before
+
+
+def test_bad_quantization_requests_are_clear_errors(int8_parts, tmp_path):
+  config, params, _ = int8_parts
+  with pytest.raises(FastmtError, match='already quantized'):
+    precision.for_inference(config, params, 'bfloat16')
+  with pytest.raises(FastmtError, match='no Dense layers'):
+    quantize.quantize_params({'embed': {'embedding': np.ones((4, 2), np.float32)}})
+  with pytest.raises(FastmtError, match='quantize first'):
+    quantize.save(str(tmp_path / 'x'), config.replace(quantization=''), params)
+  with pytest.raises(FastmtError, match='decode.py --dtype int8'):
+    ModelConfig.from_config({'quantization': 'int8'}, vocab_size=40)
+  with pytest.raises(FastmtError, match='quantization'):
+    ModelConfig(vocab_size=40, quantization='int4')
+
+
+def test_decode_cli_int8(trained_workdir, tmp_path):
+  from test_translate import decode_cli  # pylint: disable=g-import-not-at-top
+  source = tmp_path / 'in.en'
+  source.write_text(''.join(GENESIS[:4]), encoding='utf-8')
+  result = decode_cli(['--workdir', trained_workdir, '--input', str(source), '--output', str(tmp_path / 'out'),
+                       '--dtype', 'int8', '--progress=false'])
+  assert result.returncode == 0, result.stderr
+  assert len((tmp_path / 'out').read_text(encoding='utf-8').splitlines()) == 4
