@@ -11,6 +11,8 @@ decoding loop runs them: the weights loop-invariant), median of `--repeats`, com
                  matrices of at least quantize.YNN_MIN_WEIGHTS weights)
   int8 unpadded  a single row never padded: XLA:CPU's own matrix-vector loop, which widens int8 to int32
   int8 padded    a single row always padded to two: YNNPACK's int8 GEMM
+  int8 fastmt    fastmt.kernels.int8_matmul, fastmt's AVX-512 VNNI custom call (weights packed once), where
+                 the CPU has it
 
 and says which kernel XLA chose (a YNNPACK fusion or XLA's own dot) from the compiled HLO. This is where
 quantize.YNN_MIN_WEIGHTS comes from (docs/BENCHMARKS.md, section 9).
@@ -24,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fastmt import quantize
+from fastmt import kernels, quantize
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer('emb_dim', 256, 'Model width E.')
@@ -54,7 +56,8 @@ def time_us(fn, weights, x, repeats: int, steps: int):
     start = time.perf_counter()
     jax.block_until_ready(compiled(weights, x))
     runs.append(time.perf_counter() - start)
-  kernel = 'ynnpack' if 'ynn' in compiled.as_text() else 'xla'
+  text = compiled.as_text()
+  kernel = 'fastmt' if kernels.TARGET in text else 'ynnpack' if 'ynn' in text else 'xla'
   return 1e6 * float(np.median(runs)) / steps, kernel
 
 
@@ -68,12 +71,16 @@ def main(argv):
       'float32': lambda x, w: x @ w['float'],
       'int8': lambda x, w: quantize.int8_matmul(x, w['values'], w['scale']),
   }
+  if kernels.available():
+    variants['int8 fastmt'] = lambda x, w: kernels.int8_matmul(x, w['packed'], w['colsum'], w['scale'])
   results = []
   print(f'backend {jax.default_backend()}, µs per product (median of {FLAGS.repeats} x {FLAGS.steps})')
   for name, (k, n) in shapes.items():
     w = (rng.standard_normal((k, n)) * k**-0.5).astype(np.float32)
     values, scale = quantize.quantize_array(w, (0,))
     weights = {'float': w, 'values': values, 'scale': scale}
+    if kernels.available():
+      weights['packed'], weights['colsum'] = kernels.pack_weights(values)
     for rows in map(int, FLAGS.rows):
       x = jnp.asarray(rng.standard_normal((rows, k)), jnp.float32)
       row = {'matrix': name, 'k': k, 'n': n, 'rows': rows}
@@ -91,9 +98,9 @@ def main(argv):
             quantize.YNN_MIN_WEIGHTS = default
       results.append(row)
       timed = {key: val for key, val in row.items() if isinstance(val, float)}
-      kernels = {key[:-len(' kernel')]: val for key, val in row.items() if key.endswith(' kernel')}
+      chosen = {key[:-len(' kernel')]: val for key, val in row.items() if key.endswith(' kernel')}
       print(f'{name:26s} rows {rows:3d}: ' + '  '.join(
-          f'{key} {val:7.1f} ({kernels[key]})' for key, val in timed.items()), flush=True)
+          f'{key} {val:7.1f} ({chosen[key]})' for key, val in timed.items()), flush=True)
   if FLAGS.output_json:
     with open(FLAGS.output_json, 'w') as f:
       json.dump({'backend': jax.default_backend(), 'ynn_min_weights': quantize.YNN_MIN_WEIGHTS,

@@ -30,11 +30,11 @@ def for_inference(config: ModelConfig, params, dtype: str):
     raise FastmtError(f'dtype must be one of {DTYPES}, got {dtype!r}')
   if config.quantization:
     if dtype in ('float32', config.quantization):
-      return config, params
+      return config, quantize.with_kernel_layout(params)
     raise FastmtError(f'this model is already quantized ({config.quantization}); it cannot decode in {dtype}')
   if dtype == 'float32':
     return config, params
   if dtype in quantize.SCHEMES:
-    return config.replace(quantization=dtype), quantize.quantize_params(params, dtype)
+    return config.replace(quantization=dtype), quantize.with_kernel_layout(quantize.quantize_params(params, dtype))
   cast = lambda x: x.astype(jnp.dtype(dtype)) if x.ndim >= 2 else x  # matrices only; vectors stay float32
   return config.replace(dtype=dtype), jax.tree_util.tree_map(cast, params)

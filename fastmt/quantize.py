@@ -5,13 +5,17 @@ data: every matrix a decoder step reads gets symmetric per-output-channel scales
 channel maps to 127), and at run time each row of activations entering a matrix product gets its own scale the
 same way. The product is then an int8 x int8 -> int32 `dot_general`, rescaled to float32 by the two scales.
 This is the scheme CTranslate2's int8 uses (per-channel weights, per-row dynamic activations), so the two are
-compared on equal terms (benchmarks/quantization.py).
+compared on equal terms (benchmarks/ctranslate2_peer.py --fastmt_dtypes).
 
-Why activations are quantized too, and not only the weights (docs/BENCHMARKS.md section 8): XLA:CPU has no
-int8-weight x float32-activation product. An int8 weight converted to float32 before a float dot is
-loop-invariant, so XLA hoists the conversion out of the decoding loop and every step reads float32 weights
-again: no faster than float32. An int8 x int8 dot is handed to YNNPACK's int8 kernels (VNNI on x86), which
-read one byte per weight.
+Where the products run (docs/BENCHMARKS.md section 9): on x86 CPUs with AVX-512 VNNI, fastmt's own kernel
+(fastmt.kernels: an XLA FFI custom call compiled on first use) reads 1-byte weights packed once for
+`vpdpbusd` and quantizes the activations itself; `with_kernel_layout` adds the packed weights, and
+fastmt.precision.for_inference calls it. Elsewhere (other CPUs, GPU, TPU, or FASTMT_INT8_KERNEL=0) the
+product is XLA's int8 x int8 -> int32 `dot_general`: on a GPU or TPU an int8 matmul unit's, on XLA:CPU
+YNNPACK's int8 GEMM for two rows or more, and for a single row XLA's own loop, which widens the weights to
+int32 (so int8_matmul pads a single row to two for large matrices). Why activations are quantized too: an
+int8 weight converted to float32 before a float dot is loop-invariant, so XLA hoists the conversion out of
+the decoding loop and every step reads float32 weights again, no faster than float32.
 
 What stays float32: LayerNorm, biases, attention scores and softmax, the residual stream, the logits after
 rescaling, and small embeddings (direction embeddings). The token embedding, tied to the output projection,
@@ -19,7 +23,8 @@ is quantized with per-token scales in 'int8' and left float32 in 'int8_layers' (
 
 Parameter layout of a quantized Dense/DenseGeneral: {'kernel': int8 (the float kernel's shape), 'scale':
 float32 (the bias's shape: one per output channel), 'bias': float32}; of the embedding: {'embedding': int8
-[V, E], 'scale': float32 [V]}. ModelConfig.quantization tells the model which layout to expect.
+[V, E], 'scale': float32 [V]}; with_kernel_layout adds 'packed' and 'colsum' to each Dense layer (save()
+leaves them out). ModelConfig.quantization tells the model which layout to expect.
 """
 
 import os
@@ -30,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fastmt import kernels
 from fastmt.errors import FastmtError
 
 # ModelConfig.quantization values: '' = float; 'int8' = every matrix; 'int8_layers' = attention and
@@ -95,6 +101,37 @@ def quantize_params(params, scheme: str = 'int8'):
   return result
 
 
+KERNEL_LEAVES = ('packed', 'colsum')  # with_kernel_layout's additions, dropped by save()
+
+
+def with_kernel_layout(params):
+  """Adds the packed weights of fastmt's int8 CPU kernel (fastmt.kernels) to every quantized Dense layer
+  whose input size it takes (a multiple of 4), when the kernel is available here; the parameters as they
+  are otherwise. The products then run through the kernel: the same outputs as XLA's int8 dot, faster."""
+  if not kernels.available():
+    return params
+
+  def convert(node):
+    if isinstance(node, dict) and {'kernel', 'scale', 'bias'} <= set(node) and 'packed' not in node:
+      kernel = np.asarray(node['kernel'])
+      k = int(np.prod(kernel.shape[:kernel.ndim - np.ndim(node['bias'])]))
+      if kernel.dtype == np.int8 and k % 4 == 0:
+        packed, colsum = kernels.pack_weights(kernel.reshape(k, -1))
+        return {**node, 'packed': packed, 'colsum': colsum}
+      return node
+    if isinstance(node, dict):
+      return {key: convert(value) for key, value in node.items()}
+    return node
+  return convert(dict(params))
+
+
+def without_kernel_layout(params):
+  """params without with_kernel_layout's leaves (what save() writes: the portable layout)."""
+  if isinstance(params, dict):
+    return {key: without_kernel_layout(value) for key, value in params.items() if key not in KERNEL_LEAVES}
+  return params
+
+
 def is_quantized(params) -> bool:
   """Whether a parameter tree holds int8 matrices (saved by a quantized model)."""
   return any(getattr(leaf, 'dtype', None) == np.int8 for leaf in jax.tree_util.tree_leaves(params))
@@ -152,7 +189,12 @@ class Int8DenseGeneral(nn.Module):
     bias = self.param('bias', nn.initializers.zeros, features, jnp.float32)
     lead = x.shape[:x.ndim - len(axes)]
     k, n = int(np.prod(in_shape)), int(np.prod(features))
-    out = int8_matmul(x.reshape(*lead, k), kernel.reshape(k, n), scale.reshape(n))
+    rows = x.reshape(-1, k)
+    if self.has_variable('params', 'packed'):  # fastmt's own CPU kernel (with_kernel_layout)
+      out = kernels.int8_matmul(rows, self.get_variable('params', 'packed'), self.get_variable('params', 'colsum'),
+                                scale.reshape(n))
+    else:
+      out = int8_matmul(rows, kernel.reshape(k, n), scale.reshape(n))
     return (out.reshape(*lead, *features) + bias).astype(self.dtype)
 
 
@@ -197,14 +239,15 @@ PARAMS_FILE = 'params.msgpack'
 
 def save(directory: str, config, params) -> None:
   """Writes a quantized (config, params) to directory (a quarter of the float32 model's bytes for the
-  matrices); load() gives them back bit for bit."""
+  matrices; without the kernel layout, which fastmt.precision.for_inference adds back where the kernel runs);
+  load() gives them back bit for bit."""
   if not config.quantization:
     raise FastmtError('save() writes quantized models: quantize first (fastmt.precision.for_inference)')
   os.makedirs(directory, exist_ok=True)
   with open(os.path.join(directory, CONFIG_FILE), 'w') as f:
     f.write(config.to_json())
   with open(os.path.join(directory, PARAMS_FILE), 'wb') as f:
-    f.write(serialization.msgpack_serialize(jax.tree_util.tree_map(np.asarray, params)))
+    f.write(serialization.msgpack_serialize(jax.tree_util.tree_map(np.asarray, without_kernel_layout(params))))
 
 
 def load(directory: str):
@@ -217,3 +260,13 @@ def load(directory: str):
   if not config.quantization or not is_quantized(params):
     raise FastmtError(f'{directory} does not hold a quantized model')
   return config, params
+
+
+def project_int8(hidden, layout):
+  """hidden [..., E] -> float32 logits [..., V] through translate.transposed_output_layout's int8 layout."""
+  if 'packed' not in layout:
+    return int8_matmul(hidden, layout['values'], layout['scale'])
+  lead = hidden.shape[:-1]
+  out = kernels.int8_matmul(hidden.reshape(-1, hidden.shape[-1]), layout['packed'], layout['colsum'],
+                            layout['scale'])
+  return out.reshape(*lead, out.shape[-1])

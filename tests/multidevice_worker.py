@@ -34,6 +34,8 @@ def main(train_workdir, decode_workdir, output):
       'pgj': model.translator('pgj', block_size=3).translate_ids(sentences, 32)[0],
       'beam': model.translator('beam', beam_size=2).translate_ids(sentences, 32)[0],
       'greedy_batch_1': translator.translate_ids(sentences[:3], 1)[0],
+      # int8 products through fastmt's CPU kernel (a custom call) on rows split over the devices.
+      'greedy_int8': api.load(decode_workdir, dtype='int8').translator('greedy').translate_ids(sentences, 32)[0],
       'recorded_states': hidden.tolist(),
   }
   result = {k: ([ids.tolist() for ids in v] if isinstance(v, list) and v and hasattr(v[0], 'tolist') else v)

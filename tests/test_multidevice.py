@@ -44,5 +44,7 @@ def test_eight_devices_translate_like_one(eight_devices, trained_workdir):
   assert eight_devices['pgj'] == eight_devices['greedy']  # exact on 8 devices too
   assert eight_devices['beam'] == as_lists(model.translator('beam', beam_size=2).translate_ids(sentences, 32)[0])
   assert eight_devices['greedy_batch_1'] == eight_devices['greedy'][:3]
+  int8 = api.load(trained_workdir, dtype='int8').translator('greedy').translate_ids(sentences, 32)[0]
+  assert eight_devices['greedy_int8'] == as_lists(int8)
   hidden, _ = clusters_lib.record_states(model.translator('greedy'), sentences[:5], top_k=2, batch_size=4)
   np.testing.assert_allclose(eight_devices['recorded_states'], hidden, rtol=1e-4, atol=1e-5)

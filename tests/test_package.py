@@ -54,6 +54,9 @@ def test_setup_cfg_lists_every_package_and_ships_the_configs():
   found = {'fastmt'} | {m.name for m in pkgutil.walk_packages(fastmt.__path__, 'fastmt.') if m.ispkg}
   assert found <= listed, found - listed
   assert 'fastmt.configs' in listed and 'fastmt.configs = configs' in _setup_cfg()['options']['package_dir']
+  # The int8 kernel's C++ source is compiled on first use, so an installed package must carry it.
+  sources = {p.name for p in (REPO / 'fastmt' / 'kernels').glob('*.cc')}
+  assert sources and _setup_cfg()['options.package_data']['fastmt.kernels'].strip() == '*.cc'
 
 
 def test_every_console_script_starts():

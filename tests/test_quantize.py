@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, random_model, tiny_model_config
-from fastmt import models, precision, quantize, workdir as workdir_lib
+from fastmt import kernels, models, precision, quantize, workdir as workdir_lib
 from fastmt.config import ModelConfig
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, Translator
@@ -155,7 +155,8 @@ def test_quantized_model_saved_and_reloaded_translates_identically(int8_parts, t
   quantize.save(str(tmp_path / 'int8'), config, params)
   loaded_config, loaded = quantize.load(str(tmp_path / 'int8'))
   assert loaded_config == config
-  jax.tree_util.tree_map(np.testing.assert_array_equal, loaded, jax.tree_util.tree_map(np.asarray, params))
+  portable = quantize.without_kernel_layout(params)  # save() leaves the kernel's packing out; load adds it back
+  jax.tree_util.tree_map(np.testing.assert_array_equal, loaded, jax.tree_util.tree_map(np.asarray, portable))
   before, _ = Translator(config, params, tokenizer).translate(GENESIS, batch_size=4)
   after, _ = Translator(*precision.for_inference(loaded_config, loaded, 'int8'), tokenizer).translate(
       GENESIS, batch_size=4)
@@ -184,3 +185,54 @@ def test_decode_cli_int8(trained_workdir, tmp_path):
                        '--dtype', 'int8', '--progress=false'])
   assert result.returncode == 0, result.stderr
   assert len((tmp_path / 'out').read_text(encoding='utf-8').splitlines()) == 4
+
+
+needs_kernel = pytest.mark.skipif(not kernels.available(), reason=f'fastmt int8 kernel: {kernels.unavailable_reason()}')
+
+
+def test_pack_weights_layout_worked_example():
+  """Block b, group g holds w[4g .. 4g+3, 16b .. 16b+15] column by column; columns pad to 16 with zeros."""
+  values = np.arange(8 * 20).reshape(8, 20).astype(np.int8)
+  packed, colsum = kernels.pack_weights(values)
+  assert packed.shape == (2, 2, 64) and colsum.shape == (32,)
+  np.testing.assert_array_equal(packed[1, 1].reshape(16, 4)[:4], values[4:8, 16:20].T)
+  assert not packed[1, 1].reshape(16, 4)[4:].any()
+  np.testing.assert_array_equal(colsum[:20], values.astype(np.int32).sum(0))
+  with pytest.raises(ValueError, match='divisible by 4'):
+    kernels.pack_weights(np.ones((6, 16), np.int8))
+
+
+@needs_kernel
+@pytest.mark.parametrize('rows, k, n', [(1, 64, 40), (3, 128, 32), (5, 36, 16), (32, 64, 48)])
+def test_the_cpu_kernel_computes_what_xla_computes(rng, rows, k, n):
+  x = rng.normal(size=(rows, k)).astype(np.float32)
+  x[0] = 0.0
+  x[-1, :3] = [0.5, -0.5, 1.5]  # exact halves on the rounding path
+  values, scale = quantize.quantize_array(rng.normal(size=(k, n)).astype(np.float32), (0,))
+  packed, colsum = kernels.pack_weights(values)
+  out = np.asarray(jax.jit(kernels.int8_matmul)(x, packed, colsum, scale))
+  np.testing.assert_allclose(out, _reference_int8_matmul(x, values, scale), rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(out, np.asarray(jax.jit(quantize.int8_matmul)(x, values, scale)), rtol=1e-6, atol=1e-6)
+
+
+@needs_kernel
+def test_the_kernel_and_xla_translate_the_same(int8_parts):
+  config, params, tokenizer = int8_parts
+  assert 'packed' in params['decoder_0']['mlp']['Dense_0']  # for_inference added the kernel's layout
+  portable = quantize.without_kernel_layout(params)
+  for settings in (DecodeSettings('greedy'), DecodeSettings('beam', beam_size=2)):
+    with_kernel, _ = Translator(config, params, tokenizer, settings).translate(GENESIS, batch_size=4)
+    xla_only, _ = Translator(config, portable, tokenizer, settings, transposed_output=False).translate(
+        GENESIS, batch_size=4)
+    assert sum(a != b for a, b in zip(with_kernel, xla_only)) <= 1  # near ties only (see above)
+
+
+def test_without_the_kernel_the_fallback_is_said_once(monkeypatch, caplog):
+  monkeypatch.setattr(kernels, '_state', {})
+  monkeypatch.setenv('FASTMT_INT8_KERNEL', '0')
+  with caplog.at_level('WARNING'):
+    assert not kernels.available() and not kernels.available()
+  assert kernels.unavailable_reason() == 'turned off by FASTMT_INT8_KERNEL=0'
+  assert sum('not used' in r.message for r in caplog.records) == 1
+  config, params = precision.for_inference(tiny_model_config(), random_model(0)[1], 'int8')
+  assert 'packed' not in params['decoder_0']['mlp']['Dense_0']
