@@ -157,3 +157,16 @@ def test_beam_row_caps_end_each_sentence_at_its_cap_and_skip_padding():
   np.testing.assert_array_equal(out.tokens[2], np.zeros(8))
   np.testing.assert_array_equal(out.decoder_calls, [2, 5, 0])
   assert int(out.loop_iterations) == 5
+
+
+def test_best_tokens_is_jnp_argmax_with_ties_infinities_and_nans():
+  from fastmt.decoding.step import best_tokens  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  logits = rng.integers(-3, 3, (4, 5, 37)).astype(np.float32)  # many ties: the first maximum must win
+  logits[0, 0] = -np.inf
+  logits[0, 1, 5] = np.inf
+  logits[1, 0, [3, 30]] = np.nan  # the first NaN wins, as in jnp.argmax
+  logits[1, 1] = np.nan
+  got = best_tokens(jnp.asarray(logits))
+  assert got.dtype == jnp.int32
+  np.testing.assert_array_equal(got, jnp.argmax(jnp.asarray(logits), axis=-1))

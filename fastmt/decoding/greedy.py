@@ -6,7 +6,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from fastmt.decoding.step import (BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, causal_window_mask,
+from fastmt.decoding.step import (BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, best_tokens, causal_window_mask,
                                   output_lengths)
 
 
@@ -61,7 +61,7 @@ def greedy_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
     current = jax.lax.dynamic_slice_in_dim(state.tokens, state.step, 1, axis=1)  # [B, 1]
     logits, cache = step_fn(current, offsets[:, None], causal_window_mask(offsets, 1, cache_length),
                             state.cache, offsets)
-    next_token = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)  # [B]
+    next_token = best_tokens(logits[:, 0])  # [B]
     next_token = jnp.where(state.done, PAD_ID, next_token)
     tokens = jax.lax.dynamic_update_slice_in_dim(state.tokens, next_token[:, None], state.step + 1, axis=1)
     done = state.done | (next_token == EOS_ID) | (state.step + 1 >= caps)

@@ -20,7 +20,7 @@ import numpy as np
 from fastmt.decoding import chunks
 from fastmt.decoding.beam import beam_search_top
 from fastmt.decoding.greedy import DecodeOutput, greedy_search, row_limits
-from fastmt.decoding.step import PAD_ID, DecoderStepFn
+from fastmt.decoding.step import PAD_ID, DecoderStepFn, best_tokens
 
 _LOW = -1e9
 
@@ -54,7 +54,7 @@ def fill_masks(step_fn: DecoderStepFn, cache, skip_tokens: jax.Array, k: int, ma
   # call's cost, and the stage-I slots already hold their tokens.
   slots = np.flatnonzero(~chunks.is_chunk_last(length, k))
   logits, _ = step_fn(x, positions, mask, fresh, jnp.zeros((rows,), jnp.int32), project=slots)
-  best = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # on the logits: greedy needs no softmax
+  best = best_tokens(logits)  # on the logits: greedy needs no softmax
   is_mask = x[:, slots] == mask_id  # False in a PAD chunk (after the row's stage-I EOS)
   filled = x.at[:, slots].set(jnp.where(is_mask, best, x[:, slots]))
   # Only Eq. 2 (beams) reads the score; under jit an unread score costs nothing.

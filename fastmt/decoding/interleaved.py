@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from fastmt.decoding import interleaving as order
 from fastmt.decoding.beam import _LOW, _gather_beams, _gather_cache, length_penalty, select_beams
 from fastmt.decoding.greedy import DecodeOutput, row_limits
-from fastmt.decoding.step import EOS_ID, PAD_ID, DecoderStepFn
+from fastmt.decoding.step import EOS_ID, PAD_ID, DecoderStepFn, best_tokens
 
 
 def _check_cache(cache, layout: order.Interleaving, max_length: int) -> int:
@@ -90,7 +90,7 @@ def interleaved_greedy(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_
 
   def advance(state):
     logits, cache = _call(step_fn, layout, state.current, state.step, state.cache, cache_length)
-    words = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B, z]
+    words = best_tokens(logits)  # [B, z]
     words = jnp.where(state.done[:, None], PAD_ID, words)
     tokens = jax.lax.dynamic_update_slice_in_dim(state.tokens, words, state.step * z, axis=1)
     calls = state.calls + (~state.done).astype(jnp.int32)

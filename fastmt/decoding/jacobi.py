@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from fastmt.decoding.greedy import DecodeOutput, row_limits
-from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, causal_window_mask
+from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, best_tokens, causal_window_mask
 
 # Guesses for positions entering the window. An initialiser is called once per loop with the (static) window
 # width, outside the loop body so that any table it precomputes is built once, and returns a function from
@@ -157,7 +157,7 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
       logits, draft_logits = logits[:, :width], logits[:, width:]
     else:
       logits, cache = step_fn(inputs, positions, causal_window_mask(n, width, cache_length), s.cache, n)
-    predictions = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B, W]: for outputs n .. n + W - 1
+    predictions = best_tokens(logits)  # [B, W]: for outputs n .. n + W - 1
     accepted, done = commit(s.guess, predictions, n, caps, s.done)
     committed = n + accepted
 
@@ -174,7 +174,7 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     guess_is_draft = s.guess_is_draft
     if drafting:
       # Draft slot j predicts output n + context + j; the next window starts at output n + accepted.
-      draft = jnp.argmax(draft_logits, axis=-1).astype(jnp.int32)
+      draft = best_tokens(draft_logits)
       index = (accepted - context)[:, None] + window[None, :]
       past_draft = guesses_after(draft[:, -1])
       from_draft = jnp.where(index < width, jnp.take_along_axis(draft, jnp.clip(index, 0, width - 1), 1),
