@@ -203,7 +203,7 @@ def test_pack_weights_layout_worked_example():
 
 
 @needs_kernel
-@pytest.mark.parametrize('rows, k, n', [(1, 64, 40), (3, 128, 32), (5, 36, 16), (32, 64, 48)])
+@pytest.mark.parametrize('rows, k, n', [(1, 64, 40), (3, 128, 32), (5, 36, 16), (6, 64, 16), (32, 64, 48)])
 def test_the_cpu_kernel_computes_what_xla_computes(rng, rows, k, n):
   x = rng.normal(size=(rows, k)).astype(np.float32)
   x[0] = 0.0
