@@ -153,8 +153,8 @@ def int8_matmul(x, values, scale):
   The rows of x are quantized on the fly and multiplied in int8 with int32 accumulation. On CPU a single row
   times a large matrix is padded to two rows: XLA:CPU gives a matrix-vector product to its own loop code,
   which widens int8 to int32 and is no faster than float32, and only a matrix-matrix product reaches
-  YNNPACK's int8 GEMM. That pays for the output projection (256 x 8000: 35 vs 51 µs per call) but not for
-  the layers' 256 x 1024 matrices (10 vs 8.4 µs), hence YNN_MIN_WEIGHTS (docs/BENCHMARKS.md section 8).
+  YNNPACK's int8 GEMM. That pays for the output projection (256 x 8000: 34 vs 48 µs per call) but not for
+  the layers' 256 x 1024 matrices, hence YNN_MIN_WEIGHTS (docs/BENCHMARKS.md section 8).
   """
   lead, k = x.shape[:-1], x.shape[-1]
   rows = x.reshape(-1, k)
