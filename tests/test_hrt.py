@@ -176,6 +176,7 @@ def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_confi
   assert len(two_stage) == 2 and two_stage[1] == ''
   assert len(model.translate(texts, algorithm='hrt', beam_size=3, nat_beam_size=2)) == 2
   assert len(model.translate(texts, algorithm='greedy')) == 2  # C_d = 1
+  assert len(fastmt.load(workdir, dtype='int8').translate(texts, algorithm='hrt')) == 2  # 8-bit: both stages
   with pytest.raises(FastmtError, match='chunk size 2'):
     model.translate(texts, algorithm='hrt', chunk_size=3)
   with pytest.raises(FastmtError, match='objective'):

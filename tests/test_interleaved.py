@@ -287,6 +287,8 @@ def test_trained_interleaved_model_translates_with_ib_and_refuses_other_algorith
   beam, _ = model.translator('ib', beam_size=3).translate(texts)
   assert len(beam) == 3 and beam[1] == ''
   assert model.translator('ib').settings.beam_size == 1  # --algorithm ib alone is greedy
+  int8 = fastmt.load(workdir, dtype='int8')  # 8-bit (fastmt.quantize): the interleaved decoders too
+  assert [len(int8.translate(texts, algorithm='ib', **o)) for o in ({}, {'beam_size': 3})] == [3, 3]
   assert model.translator('ib').settings.interleaving.slots == 4  # (h, c) read from the work directory
   with pytest.raises(FastmtError, match='objective'):
     model.translate(texts, algorithm='greedy')
