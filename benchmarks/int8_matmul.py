@@ -38,7 +38,7 @@ flags.DEFINE_integer('repeats', 7, 'Timed calls; the median is reported.')
 flags.DEFINE_string('output_json', None, 'Also write the results here.')
 
 
-def chained(product, n: int, steps: int):
+def chained(product, steps: int):
   """A jitted function running `steps` products, each input depending on the last output (no hoisting)."""
   def run(weights, x):
     def body(_, acc):
@@ -85,14 +85,14 @@ def main(argv):
       x = jnp.asarray(rng.standard_normal((rows, k)), jnp.float32)
       row = {'matrix': name, 'k': k, 'n': n, 'rows': rows}
       for label, product in variants.items():
-        row[label], row[label + ' kernel'] = time_us(chained(product, n, FLAGS.steps), weights, x, FLAGS.repeats,
+        row[label], row[label + ' kernel'] = time_us(chained(product, FLAGS.steps), weights, x, FLAGS.repeats,
                                                      FLAGS.steps)
       if rows == 1:  # both sides of quantize.YNN_MIN_WEIGHTS
         default = quantize.YNN_MIN_WEIGHTS
         for label, threshold in (('int8 unpadded', 1 << 62), ('int8 padded', 0)):
           quantize.YNN_MIN_WEIGHTS = threshold
           try:
-            row[label], row[label + ' kernel'] = time_us(chained(variants['int8'], n, FLAGS.steps), weights, x,
+            row[label], row[label + ' kernel'] = time_us(chained(variants['int8'], FLAGS.steps), weights, x,
                                                          FLAGS.repeats, FLAGS.steps)
           finally:
             quantize.YNN_MIN_WEIGHTS = default

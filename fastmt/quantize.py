@@ -190,11 +190,10 @@ class Int8DenseGeneral(nn.Module):
     lead = x.shape[:x.ndim - len(axes)]
     k, n = int(np.prod(in_shape)), int(np.prod(features))
     rows = x.reshape(-1, k)
+    weights = {'values': kernel.reshape(k, n), 'scale': scale.reshape(n)}
     if self.has_variable('params', 'packed'):  # fastmt's own CPU kernel (with_kernel_layout)
-      out = kernels.int8_matmul(rows, self.get_variable('params', 'packed'), self.get_variable('params', 'colsum'),
-                                scale.reshape(n))
-    else:
-      out = int8_matmul(rows, kernel.reshape(k, n), scale.reshape(n))
+      weights.update(packed=self.get_variable('params', 'packed'), colsum=self.get_variable('params', 'colsum'))
+    out = int8_product(rows, weights)
     return (out.reshape(*lead, *features) + bias).astype(self.dtype)
 
 
@@ -221,7 +220,7 @@ class Int8Embed(nn.Module):
 
 def dense_class(quantization: str):
   """The Dense module class a model with this ModelConfig.quantization builds."""
-  return nn.DenseGeneral if quantization in ('',) else Int8DenseGeneral
+  return Int8DenseGeneral if quantization else nn.DenseGeneral
 
 
 def float_embedding(params):
@@ -262,11 +261,12 @@ def load(directory: str):
   return config, params
 
 
-def project_int8(hidden, layout):
-  """hidden [..., E] -> float32 logits [..., V] through translate.transposed_output_layout's int8 layout."""
-  if 'packed' not in layout:
-    return int8_matmul(hidden, layout['values'], layout['scale'])
-  lead = hidden.shape[:-1]
-  out = kernels.int8_matmul(hidden.reshape(-1, hidden.shape[-1]), layout['packed'], layout['colsum'],
-                            layout['scale'])
+def int8_product(x, weights):
+  """x [..., K] float -> float32 [..., N] times {'values': int8 [K, N], 'scale': [N]}: through fastmt's CPU
+  kernel when the weights carry its packing ('packed', 'colsum': with_kernel_layout, kernels.pack_weights),
+  else XLA's int8 dot (int8_matmul). The one place that chooses; the same outputs either way."""
+  if 'packed' not in weights:
+    return int8_matmul(x, weights['values'], weights['scale'])
+  lead = x.shape[:-1]
+  out = kernels.int8_matmul(x.reshape(-1, x.shape[-1]), weights['packed'], weights['colsum'], weights['scale'])
   return out.reshape(*lead, out.shape[-1])

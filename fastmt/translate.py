@@ -106,7 +106,7 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None, outpu
     if clusters is not None:
       logits, _ = projection.clustered_logits(hidden, quantize.float_embedding(params), clusters)
     elif int8_projection:
-      logits = quantize.project_int8(hidden, output_projection)
+      logits = quantize.int8_product(hidden, output_projection)
     elif transposed:
       logits = jnp.dot(hidden.astype(jnp.float32), output_projection)
     else:  # the model's own tied projection

@@ -2,6 +2,9 @@
 its float self, cached == uncached, every decoding algorithm through the Translator (the exact ones equal
 int8 greedy), clear errors, and a saved quantized model reloading to identical outputs."""
 
+import os
+import shutil
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -188,6 +191,23 @@ def test_decode_cli_int8(trained_workdir, tmp_path):
 
 
 needs_kernel = pytest.mark.skipif(not kernels.available(), reason=f'fastmt int8 kernel: {kernels.unavailable_reason()}')
+
+
+def _cpu_has_vnni() -> bool:
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8') as f:
+      flags = next((line.split(':', 1)[1].split() for line in f if line.startswith('flags')), [])
+  except OSError:
+    return False
+  return {'avx512f', 'avx512bw', 'avx512_vnni'} <= set(flags)
+
+
+@pytest.mark.skipif(not (_cpu_has_vnni() and shutil.which(os.environ.get('CXX', 'g++'))),
+                    reason='no AVX-512 VNNI or no C++ compiler: the fallback is the expected path')
+def test_the_kernel_builds_wherever_it_can_run():
+  """The fallback must not hide a broken build: on a VNNI CPU with a compiler the kernel is in use (and the
+  skips of the kernel tests below cannot happen here)."""
+  assert kernels.available(), kernels.unavailable_reason()
 
 
 def test_pack_weights_layout_worked_example():
