@@ -13,7 +13,7 @@ puts fastmt next to it, on fastmt's own weights. It
    quantised by the converter);
 2. checks that CTranslate2's greedy output (beam_size=1, float32) equals fastmt's greedy output token for
    token on the whole split (or --limit sentences) at batch 32 and on the batch-1 sentences, and gives the
-   int8 model's agreement and every method's BLEU against the references;
+   int8 model's agreement and every method's BLEU and chrF against the references;
 3. times fastmt and CTranslate2 (float32 and int8, each with every --threads intra_threads value) at batch 1
    (median ms/sentence over --speed_sentences sentences) and batch 32 (sentences/s on the whole split),
    interleaved: in repeat r the methods run in an order rotated by r, so that each runs in every position
@@ -34,7 +34,7 @@ is what a per-row cap gives. Outputs at the cap are counted.
 
 --fastmt_dtypes adds fastmt in other precisions (fastmt.quantize's int8: per-channel int8 weights, per-row
 dynamic int8 activations, CTranslate2 int8's scheme) as methods of their own, with their time over
-CTranslate2 int8's (the [quant] bar) and their BLEU and agreement next to fastmt float32's.
+CTranslate2 int8's (the [quant] bar) and their BLEU, chrF and agreement next to fastmt float32's.
 
 Prints a markdown table and writes <output_dir>/results.json (with the machine: nproc, CPU model, date,
 load, versions). Ratios are fastmt's time over CTranslate2's: above 1 means CTranslate2 is faster.
@@ -55,7 +55,7 @@ import numpy as np
 import sacrebleu
 import sentencepiece as spm
 
-from fastmt import cli, precision, translate, workdir as workdir_lib
+from fastmt import cli, decode_lib, precision, translate, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.data.tokenizer import BOS_ID, EOS_ID, UNK_ID
 from fastmt.layers import sinusoidal_positions
@@ -212,6 +212,12 @@ def _machine():
   }
 
 
+def _scores(texts, references):
+  """BLEU and chrF of texts against the references (sacreBLEU's defaults, as fastmt-bench and decode.py)."""
+  bleu, chrf, _, _ = decode_lib.score(texts, references)
+  return {'bleu': bleu, 'chrf': chrf}
+
+
 def _identical(fastmt_ids, ct2_pieces, sp):
   """Sentences whose CTranslate2 output ids equal fastmt's, and the indices of the others."""
   mismatched = [i for i, (ours, theirs) in enumerate(zip(fastmt_ids, ct2_pieces))
@@ -294,8 +300,7 @@ def main(argv):
   fastmt_out = fastmt.translate_ids(sources, FLAGS.batch_size)
   fastmt_ids, fastmt_stats = fastmt_out[0], fastmt_out[1]
   fastmt_texts, _ = fastmt.translate(sources, FLAGS.batch_size)
-  checks = {'fastmt': {'bleu': sacrebleu.corpus_bleu(fastmt_texts, [references]).score,
-                       'outputs_at_cap': int(fastmt_stats.outputs_at_cap)}}
+  checks = {'fastmt': {**_scores(fastmt_texts, references), 'outputs_at_cap': int(fastmt_stats.outputs_at_cap)}}
   # A fastmt output longer than its sentence's cap means this fastmt caps by bucket: use --output_cap=bucket.
   lengths = [len(s) for s in fastmt.encode_sources([t for t in sources if t.strip()], translate.TranslationStats())]
   caps = iter(translate.output_cap(config, n, settings) for n in lengths)
@@ -308,14 +313,13 @@ def main(argv):
     checks[f'ct2 {c} t{t}'] = {
         'identical_token_sequences': identical, 'mismatched': mismatched[:50],
         'identical_texts': sum(a == b for a, b in zip(texts, fastmt_texts)),
-        'bleu': sacrebleu.corpus_bleu(texts, [references]).score, 'outputs_at_cap': at_cap}
+        **_scores(texts, references), 'outputs_at_cap': at_cap}
   for name, variant in variants.items():
     ids, stats = variant.translate_ids(sources, FLAGS.batch_size)
     texts, _ = variant.translate(sources, FLAGS.batch_size)
     checks[name] = {'identical_token_sequences': sum(np.array_equal(a, b) for a, b in zip(ids, fastmt_ids)),
                     'identical_texts': sum(a == b for a, b in zip(texts, fastmt_texts)),
-                    'bleu': sacrebleu.corpus_bleu(texts, [references]).score,
-                    'outputs_at_cap': int(stats.outputs_at_cap)}
+                    **_scores(texts, references), 'outputs_at_cap': int(stats.outputs_at_cap)}
   result['batch32_checks'] = checks
 
   # Batch 1: warm-up (compiles fastmt's batch-1 shapes) doubles as the batch-1 identity check.
@@ -370,20 +374,21 @@ def main(argv):
         f'batch{FLAGS.batch_size}_time_over_{t1}': float(np.median(b32[name]) / np.median(b32[t1])),
         f'batch{FLAGS.batch_size}_time_over_ct2_int8_best':
             float(np.median(b32[name]) / np.median(b32[best['int8'][f'batch{FLAGS.batch_size}']])),
-        'bleu_minus_fastmt_float32': checks[name]['bleu'] - checks['fastmt']['bleu']}
+        'bleu_minus_fastmt_float32': checks[name]['bleu'] - checks['fastmt']['bleu'],
+        'chrf_minus_fastmt_float32': checks[name]['chrf'] - checks['fastmt']['chrf']}
   result['fastmt_variants_vs_ct2_int8'] = vs_ct2
 
   bs = FLAGS.batch_size
   lines = [f'| method | b1 ms/sent (median of {len(speed_texts)}) | fastmt/this b1 | b{bs} sent/s | fastmt/this b{bs} '
-           f'| identical to fastmt (b{bs}, of {len(sources)}) | identical b1 (of {len(speed_texts)}) | BLEU |',
-           '|---|---|---|---|---|---|---|---|']
+           f'| identical to fastmt (b{bs}, of {len(sources)}) | identical b1 (of {len(speed_texts)}) | BLEU | chrF |',
+           '|---|---|---|---|---|---|---|---|---|']
   for name, row in rows.items():
     check = checks[name]
     same32 = '-' if name == 'fastmt' else str(check['identical_token_sequences'])
     same1 = '-' if name == 'fastmt' else str(result['batch1_identical'][name])
     lines.append(f"| {name} | {row['batch1_ms_per_sentence']:.2f} | {row['batch1_ratio_fastmt_over_this']:.2f} "
                  f"| {row[f'batch{bs}_sentences_per_s']:.1f} | {row[f'batch{bs}_ratio_fastmt_over_this']:.2f} "
-                 f"| {same32} | {same1} | {check['bleu']:.2f} |")
+                 f"| {same32} | {same1} | {check['bleu']:.2f} | {check['chrf']:.2f} |")
   table = '\n'.join(lines)
   result['table'] = table
   print(table)

@@ -95,7 +95,7 @@ def load(workdir: str, checkpoint='latest', dtype: str = 'float32') -> Translati
   """A train.py work directory's checkpoint ('latest', 'best' or a step number) as a TranslationModel.
 
   dtype 'bfloat16' decodes in half precision (float32 softmax and logits); 'int8' / 'int8_layers' in 8 bits
-  (fastmt.quantize). Errors (a missing directory or
+  (fastmt.quantize); 'bfloat16_int8' / 'bfloat16_int8_layers' both (fastmt.precision.DTYPES). Errors (a missing directory or
   step, no best checkpoint kept, a checkpoint of another architecture) are FastmtErrors.
   """
   if not os.path.isdir(workdir):

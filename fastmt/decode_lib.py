@@ -114,8 +114,8 @@ def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | 
                     dtype: str = 'float32', checkpoint='latest') -> Translator:
   """A workdir's checkpoint ('latest', 'best' or a step) as a Translator; clusters_dir selects the clustered
   output projection (a direction without clusters falls back to the dense projection with a warning); dtype
-  'bfloat16' decodes in half precision, 'int8' / 'int8_layers' in 8 bits (fastmt.precision); settings.jacobi_init='bigram' loads the draft
-  table. An algorithm that cannot decode the workdir's objective is an error before the weights load."""
+  'bfloat16' decodes in half precision, 'int8' / 'int8_layers' in 8 bits, 'bfloat16_int8[_layers]' both
+  (fastmt.precision.DTYPES); settings.jacobi_init='bigram' loads the draft table. An algorithm that cannot decode the workdir's objective is an error before the weights load."""
   model_config = workdir_lib.load_model_config(workdir)
   objective = workdir_lib.load_objective(workdir)
   registry.check_objective(settings.algorithm, objective)

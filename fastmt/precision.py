@@ -1,4 +1,5 @@
-"""Inference precision: float32, bfloat16 (below), or 8-bit ('int8', 'int8_layers': fastmt.quantize).
+"""Inference precision: float32, bfloat16 (below), 8-bit ('int8', 'int8_layers': fastmt.quantize), or both
+('bfloat16_int8', 'bfloat16_int8_layers': int8 matrix products between bfloat16 activations).
 
 bfloat16: weights and activations in half precision where it is safe, float32 where it is not.
 
@@ -7,6 +8,12 @@ the attention softmax (`layers.dot_product_attention` accumulates scores in floa
 (`Transformer.decode` projects in float32, so argmax ties and beam scores are not decided in 8 mantissa bits).
 Matrices (embedding, attention and feed-forward kernels) become bfloat16: they are what a decoder step reads,
 so halving them halves the bytes per step. The KV cache follows the activation dtype.
+
+bfloat16 + int8 is what a GPU or TPU with an int8 matrix unit wants: the int8 products of fastmt.quantize
+(their int32 accumulation and float32 rescaling unchanged), with the residual stream, attention, KV cache and
+every matrix left float (the embedding of 'int8_layers', direction embeddings) in bfloat16. On a CPU it buys
+little: the int8 products quantize their inputs themselves, and bfloat16 only narrows what lies between them
+(docs/BENCHMARKS.md section 9 measures it).
 """
 
 import jax
@@ -17,24 +24,50 @@ from fastmt.config import ModelConfig
 from fastmt.errors import FastmtError
 
 # 'int8': int8 weights (the tied embedding too) and int8 activations into every matrix product; 'int8_layers':
-# the same with the embedding / output projection left float32. Both keep float32 elsewhere (fastmt.quantize).
-DTYPES = ('float32', 'bfloat16', 'int8', 'int8_layers')
+# the same with the embedding / output projection left float. The 'bfloat16_' forms keep bfloat16 activations
+# between the int8 products; the others float32 (fastmt.quantize).
+DTYPES = ('float32', 'bfloat16', 'int8', 'int8_layers', 'bfloat16_int8', 'bfloat16_int8_layers')
+
+
+def split_dtype(dtype: str) -> tuple[str, str]:
+  """A DTYPES value -> (activation dtype, ModelConfig.quantization): 'bfloat16_int8' -> ('bfloat16', 'int8')."""
+  if dtype not in DTYPES:
+    raise FastmtError(f'dtype must be one of {DTYPES}, got {dtype!r}')
+  if dtype in ('float32', 'bfloat16'):
+    return dtype, ''
+  if dtype.startswith('bfloat16_'):
+    return 'bfloat16', dtype[len('bfloat16_'):]
+  return 'float32', dtype
+
+
+def _to_bfloat16(params):
+  """Float weight matrices ('kernel', 'embedding' leaves) -> bfloat16; everything else (biases, LayerNorm, the
+  int8 scales, whatever their rank, and int8 leaves) unchanged."""
+  def cast(path, x):
+    name = getattr(path[-1], 'key', None)
+    if name in ('kernel', 'embedding') and jnp.issubdtype(x.dtype, jnp.floating):
+      return x.astype(jnp.bfloat16)
+    return x
+  return jax.tree_util.tree_map_with_path(cast, params)
 
 
 def for_inference(config: ModelConfig, params, dtype: str):
   """(config, params) for decoding in `dtype` ('float32' leaves both unchanged).
 
-  Already quantized (config, params) (fastmt.quantize.load_model) are returned as they are for 'float32' or
-  their own dtype; quantizing them again, or to bfloat16, is an error."""
-  if dtype not in DTYPES:
-    raise FastmtError(f'dtype must be one of {DTYPES}, got {dtype!r}')
+  Already quantized (config, params) (fastmt.quantize.load) are returned as they are for 'float32' or their
+  own scheme, and in bfloat16 activations for 'bfloat16_' + their scheme; quantizing them again, or to another
+  scheme or plain bfloat16, is an error."""
+  activations, scheme = split_dtype(dtype)
   if config.quantization:
-    if dtype in ('float32', config.quantization):
-      return config, quantize.with_kernel_layout(params)
+    if dtype == 'float32' or scheme == config.quantization:
+      params = quantize.with_kernel_layout(params)
+      if activations == 'bfloat16':
+        return config.replace(dtype='bfloat16'), _to_bfloat16(params)
+      return config, params
     raise FastmtError(f'this model is already quantized ({config.quantization}); it cannot decode in {dtype}')
-  if dtype == 'float32':
-    return config, params
-  if dtype in quantize.SCHEMES:
-    return config.replace(quantization=dtype), quantize.with_kernel_layout(quantize.quantize_params(params, dtype))
-  cast = lambda x: x.astype(jnp.dtype(dtype)) if x.ndim >= 2 else x  # matrices only; vectors stay float32
-  return config.replace(dtype=dtype), jax.tree_util.tree_map(cast, params)
+  if scheme:
+    config = config.replace(quantization=scheme)
+    params = quantize.with_kernel_layout(quantize.quantize_params(params, scheme))
+  if activations == 'bfloat16':
+    config, params = config.replace(dtype='bfloat16'), _to_bfloat16(params)
+  return config, params

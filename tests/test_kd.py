@@ -49,8 +49,9 @@ def test_bfloat16_inference_casts_matrices_only_and_keeps_float32_logits(trained
   params, _ = workdir_lib.restore_params(trained_workdir, model_config)
   half_config, half = precision.for_inference(model_config, params, 'bfloat16')
   assert half_config.dtype == 'bfloat16'
-  for leaf in jax.tree_util.tree_leaves(half):
-    assert leaf.dtype == (jnp.bfloat16 if leaf.ndim >= 2 else jnp.float32)
+  for path, leaf in jax.tree_util.tree_leaves_with_path(half):
+    weight_matrix = path[-1].key in ('kernel', 'embedding')  # biases of any rank and LayerNorm stay float32
+    assert leaf.dtype == (jnp.bfloat16 if weight_matrix else jnp.float32), path
   translator = decode_lib.load_translator(trained_workdir, DecodeSettings('greedy'), dtype='bfloat16')
   sources = corpus.read_lines(str(DATA / 'genesis.en'))[:6]
   hypotheses, stats = translator.translate(sources, 2)

@@ -21,6 +21,8 @@ from absl import flags, logging
 from fastmt import cli
 from fastmt.errors import FastmtError
 
+DTYPES = ['float32', 'bfloat16', 'int8', 'int8_layers', 'bfloat16_int8', 'bfloat16_int8_layers']
+
 FLAGS = flags.FLAGS
 
 
@@ -53,11 +55,13 @@ def define_flags():
                       '--tag_inputs.')
   flags.DEFINE_bool('tag_inputs', False, 'Multilingual models: prefix every input line with the target-language '
                     'tag of --direction (<2de> for en_de).')
-  flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16', 'int8', 'int8_layers'],
+  # fastmt.precision.DTYPES (a literal here: this module does not import jax before --help; a test keeps them equal).
+  flags.DEFINE_enum('dtype', 'float32', DTYPES,
                     'Inference precision: bfloat16 weights/activations, float32 softmax and logits; int8 = 8-bit '
                     'weights (per output channel) and activations (per row) in every matrix product, the tied '
-                    'embedding too; int8_layers = the same with the embedding/output projection float32 '
-                    '(fastmt.quantize; any algorithm).')
+                    'embedding too; int8_layers = the same with the embedding/output projection float; '
+                    'bfloat16_int8[_layers] = those with bfloat16 activations between the int8 products, for '
+                    'GPUs/TPUs (fastmt.quantize, fastmt.precision; any algorithm).')
   flags.DEFINE_integer('batch_size', 32, 'Sentences per batch (a short input uses a smaller one).')
   flags.DEFINE_integer('speed_sentences', 0, 'Also time this many sentences one by one at batch 1 '
                        '(ms/sentence, compile excluded; 0 = no timing).')

@@ -106,7 +106,7 @@ def int8_matmul(x, packed, colsum, scale):
   scale float32 [N] (N <= the packed columns); available() must be True."""
   n = scale.shape[0]
   padded = colsum.shape[0]
-  full_scale = scale if n == padded else jnp.pad(scale.astype(jnp.float32), (0, padded - n))
+  full_scale = jnp.pad(scale.astype(jnp.float32), (0, padded - n))  # a no-op when N is a multiple of 16
   out = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((x.shape[0], padded), jnp.float32),
                          vmap_method='sequential')(x.astype(jnp.float32), packed, colsum, full_scale)
   return out if n == padded else out[:, :n]
