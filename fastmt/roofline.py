@@ -83,18 +83,23 @@ def step_cost_curve(config: ModelConfig, params, widths=(1, 2, 3, 4, 5, 8, 16, 3
 
   What the Jacobi decoders trade on: an iteration over a window of n costs step_cost(n), greedy pays
   step_cost(1) per token, so a window pays off when tokens accepted per call exceed step_cost(n) / step_cost(1).
+  Each call is what the decoders' calls are: the Translator's step function with its output projection layout
+  (translate.transposed_output_layout: E^T for calls over several positions or rows), then the best token of
+  every position (decoding.step.best_tokens).
   """
   from fastmt import models  # pylint: disable=g-import-not-at-top
-  from fastmt.translate import make_step_fn  # pylint: disable=g-import-not-at-top
+  from fastmt.decoding.step import best_tokens  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import make_step_fn, transposed_output_layout  # pylint: disable=g-import-not-at-top
   model = models.Transformer(config)
   source = jnp.full((batch_size, source_length), 5, jnp.int32)
+  output_projection = transposed_output_layout(params)
   cache_length = 2 * max(widths) + 8
   costs = {}
   for width in widths:
-    def run(params, source):
+    def run(params, output_projection, source):
       encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
       memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
-      step_fn = make_step_fn(model, params, memory)
+      step_fn = make_step_fn(model, params, memory, output_projection=output_projection)
       cache = models.init_cache(config, batch_size, cache_length)
       tokens = jnp.full((batch_size, width), 5, jnp.int32)
 
@@ -104,8 +109,8 @@ def step_cost_curve(config: ModelConfig, params, widths=(1, 2, 3, 4, 5, 8, 16, 3
         positions = offsets[:, None] + jnp.arange(width)[None, :]
         mask = models.cache_causal_mask(offsets, width, cache_length)
         logits, cache = step_fn(tokens, positions, mask, cache, offsets)
-        return cache, checksum + jnp.argmax(logits[:, -1], -1).sum()
+        return cache, checksum + best_tokens(logits).sum()
       return jax.lax.fori_loop(0, calls, body, (cache, jnp.int32(0)))[1]
     fn = jax.jit(run)
-    costs[width] = 1000 * median_seconds(lambda: fn(params, source), repeats) / calls
+    costs[width] = 1000 * median_seconds(lambda: fn(params, output_projection, source), repeats) / calls
   return costs

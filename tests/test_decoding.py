@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import VOCAB, markov_step, model_step, positional_step, random_model, stub_cache
-from fastmt import models
+from conftest import VOCAB, markov_step, model_step, positional_step, random_model, stub_cache, tiny_model_config
+from fastmt import models, precision, roofline
 from fastmt.decoding import beam, greedy, step
 from fastmt.decoding.step import BOS_ID, EOS_ID
 
@@ -170,3 +170,13 @@ def test_best_tokens_is_jnp_argmax_with_ties_infinities_and_nans():
   got = best_tokens(jnp.asarray(logits))
   assert got.dtype == jnp.int32
   np.testing.assert_array_equal(got, jnp.argmax(jnp.asarray(logits), axis=-1))
+
+
+@pytest.mark.parametrize('dtype, batch_size', [('float32', 1), ('float32', 2), ('int8', 1)])
+def test_step_cost_curve_times_the_translators_calls(dtype, batch_size):
+  """roofline.step_cost_curve (the bench's floor pass) runs the Translator's step function (E^T or the int8
+  projection layout) at every width and batch size."""
+  config, params = precision.for_inference(tiny_model_config(), random_model(0)[1], dtype)
+  costs = roofline.step_cost_curve(config, params, widths=(1, 3), batch_size=batch_size, source_length=6,
+                                   calls=2, repeats=1)
+  assert set(costs) == {1, 3} and all(0 < cost < 1e4 for cost in costs.values())
