@@ -7,9 +7,11 @@
 #
 #   AT=runs/quickstart KD=runs/ib/kd_en_de STEPS=800 bash benchmarks/spec.sh   # reuse a teacher's distillation
 #   STAGES=eval bash benchmarks/spec.sh                                          # resume: train.py resumes too
+#   KD_BEAM=1 KD=runs/spec_self/greedy_en_de RUNS=runs/spec_self bash benchmarks/spec.sh   # self-distillation
 #
 # Environment: RUNS (default runs/spec), AT (the model to fine-tune; it is also the baseline), KD (distilled
-# targets; default RUNS/kd_en_de, distilled by AT with beam 4 if missing), WIDTHS (draft blocks to train, default
+# targets; default RUNS/kd_en_de, distilled by AT with beam KD_BEAM if missing: default 4; 1 = AT's own greedy
+# outputs, self-distillation, so that the mask slots learn the tokens the verifier will accept), WIDTHS (draft blocks to train, default
 # "4"), STEPS (per row; 0 = the config's), TOKENS, METHODS (bench methods), EXTRA, PY, BENCH_FLAGS.
 set -euo pipefail
 # shellcheck source=benchmarks/lib.sh
@@ -28,7 +30,7 @@ METHODS=${METHODS:-greedy,pgj:3+bigram,spec:2,spec:3,spec:4,spec:4+bigram}
 mkdir -p "$RUNS"
 
 if has_stage distill && [[ ! -f $KD/manifest.json || $($PY -c "import json; m=json.load(open('$KD/manifest.json')); print(int(m['done'] == m['sources']))") != 1 ]]; then
-  $PY -m fastmt.distill --teacher "$AT" --output_dir "$KD" --beam_size 4 --batch_size 32
+  $PY -m fastmt.distill --teacher "$AT" --output_dir "$KD" --beam_size "${KD_BEAM:-4}" --batch_size 32
 fi
 
 if has_stage drafters; then
