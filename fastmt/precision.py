@@ -54,16 +54,18 @@ def _to_bfloat16(params):
 def for_inference(config: ModelConfig, params, dtype: str):
   """(config, params) for decoding in `dtype` ('float32' leaves both unchanged).
 
-  Already quantized (config, params) (fastmt.quantize.load) are returned as they are for 'float32' or their
-  own scheme, and in bfloat16 activations for 'bfloat16_' + their scheme; quantizing them again, or to another
-  scheme or plain bfloat16, is an error."""
+  Already quantized (config, params) (fastmt.quantize.load) are returned as they are for 'float32', and with
+  the requested activations for their own scheme ('int8' / 'bfloat16_int8' for an 'int8' model); quantizing
+  them again, or to another scheme or plain bfloat16, is an error."""
   activations, scheme = split_dtype(dtype)
   if config.quantization:
-    if dtype == 'float32' or scheme == config.quantization:
+    if dtype == 'float32':
+      return config, quantize.with_kernel_layout(params)
+    if scheme == config.quantization:
       params = quantize.with_kernel_layout(params)
       if activations == 'bfloat16':
-        return config.replace(dtype='bfloat16'), _to_bfloat16(params)
-      return config, params
+        params = _to_bfloat16(params)
+      return config.replace(dtype=activations), params
     raise FastmtError(f'this model is already quantized ({config.quantization}); it cannot decode in {dtype}')
   if scheme:
     config = config.replace(quantization=scheme)
