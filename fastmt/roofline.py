@@ -78,22 +78,27 @@ def floor_ms_per_token(config: ModelConfig, source_length: int, target_length: i
 
 
 def step_cost_curve(config: ModelConfig, params, widths=(1, 2, 3, 4, 5, 8, 16, 32, 64), batch_size: int = 1,
-                    source_length: int = 40, calls: int = 32, repeats: int = 5) -> dict[int, float]:
+                    source_length: int = 40, calls: int = 32, repeats: int = 5,
+                    cache_length: int | None = None) -> dict[int, float]:
   """Milliseconds per decoder call with n new positions (batch_size rows), inside one compiled loop.
 
   What the Jacobi decoders trade on: an iteration over a window of n costs step_cost(n), greedy pays
   step_cost(1) per token, so a window pays off when tokens accepted per call exceed step_cost(n) / step_cost(1).
   Each call is what the decoders' calls are: the Translator's step function with its output projection layout
   (translate.transposed_output_layout: E^T for calls over several positions or rows), then the best token of
-  every position (decoding.step.best_tokens).
+  every position (decoding.step.best_tokens). The KV cache has the decoders' own length for a source of
+  source_length tokens (translate.output_cap: every call attends over the whole cache, so its length sets
+  the cost of attention and of the cache's copies), at least max(widths) + 8; cache_length overrides it.
   """
   from fastmt import models  # pylint: disable=g-import-not-at-top
   from fastmt.decoding.step import best_tokens  # pylint: disable=g-import-not-at-top
-  from fastmt.translate import make_step_fn, transposed_output_layout  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import (DecodeSettings, make_step_fn, output_cap,  # pylint: disable=g-import-not-at-top
+                                transposed_output_layout)
   model = models.Transformer(config)
   source = jnp.full((batch_size, source_length), 5, jnp.int32)
   output_projection = transposed_output_layout(params)
-  cache_length = 2 * max(widths) + 8
+  if cache_length is None:
+    cache_length = max(output_cap(config, source_length, DecodeSettings('greedy')), max(widths) + 8)
   costs = {}
   for width in widths:
     def run(params, output_projection, source):
