@@ -29,8 +29,17 @@ STAGES=${STAGES:-distill drafters eval}
 METHODS=${METHODS:-greedy,pgj:3+bigram,spec:2,spec:3,spec:4,spec:4+bigram}
 mkdir -p "$RUNS"
 
+KD_BEAM=${KD_BEAM:-4}
 if has_stage distill && [[ ! -f $KD/manifest.json || $($PY -c "import json; m=json.load(open('$KD/manifest.json')); print(int(m['done'] == m['sources']))") != 1 ]]; then
-  $PY -m fastmt.distill --teacher "$AT" --output_dir "$KD" --beam_size "${KD_BEAM:-4}" --batch_size 32
+  $PY -m fastmt.distill --teacher "$AT" --output_dir "$KD" --beam_size "$KD_BEAM" --batch_size 32
+fi
+# A finished distillation is reused as it is (another teacher's too), but never one of another beam size:
+# KD_BEAM=1 must not silently train on beam-4 targets.
+if [[ -f $KD/manifest.json ]]; then
+  kd_beam=$($PY -c "import json; print(json.load(open('$KD/manifest.json'))['settings']['beam_size'])")
+  if [[ $kd_beam != "$KD_BEAM" ]]; then
+    echo "$KD holds a beam-$kd_beam distillation, KD_BEAM=$KD_BEAM: use another KD directory" >&2; exit 2
+  fi
 fi
 
 if has_stage drafters; then

@@ -177,6 +177,7 @@ def test_a_saved_int8_model_decodes_with_bfloat16_activations(int8_parts, tmp_pa
   loaded = quantize.load(str(tmp_path / 'int8'))
   bf16_config, bf16_params = precision.for_inference(*loaded, 'bfloat16_int8')
   assert (bf16_config.dtype, bf16_config.quantization) == ('bfloat16', 'int8')
+  assert all(leaf.dtype == jnp.bfloat16 for leaf in jax.tree_util.tree_leaves(models.init_cache(bf16_config, 1, 4)))
   assert precision.for_inference(bf16_config, bf16_params, 'int8')[0].dtype == 'float32'  # the request decides
   assert precision.for_inference(bf16_config, bf16_params, 'float32')[0].dtype == 'bfloat16'  # 'as it is'
   outputs, stats = Translator(bf16_config, bf16_params, tokenizer).translate(GENESIS + [''], batch_size=4)
