@@ -77,18 +77,46 @@ def floor_ms_per_token(config: ModelConfig, source_length: int, target_length: i
           'compute_floor_ms': compute_ms, 'floor_ms_per_token': max(memory_ms, compute_ms)}
 
 
+def _encode_fn(config: ModelConfig):
+  """A jitted (params, source [B, S]) -> the decoder's memory (the encoder plus the cross-attention keys and
+  values that every decoder call reuses): what a sentence pays once, whatever its decoder does."""
+  from fastmt import models  # pylint: disable=g-import-not-at-top
+  model = models.Transformer(config)
+
+  def encode(params, source):
+    encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+    return model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+  return jax.jit(encode)
+
+
+def encoder_cost(config: ModelConfig, params, batch_size: int = 1, source_length: int = 40,
+                 repeats: int = 7) -> float:
+  """Milliseconds to encode batch_size sources of source_length tokens (the memory included): the share of a
+  sentence's time that no decoding algorithm changes, which the ideal speed-ups add to the decoder calls."""
+  encode = _encode_fn(config)
+  source = jnp.full((batch_size, source_length), 5, jnp.int32)
+  return 1000 * median_seconds(lambda: encode(params, source), repeats)
+
+
 def step_cost_curve(config: ModelConfig, params, widths=(1, 2, 3, 4, 5, 8, 16, 32, 64), batch_size: int = 1,
-                    source_length: int = 40, calls: int = 32, repeats: int = 5,
+                    source_length: int = 40, calls: int = 64, repeats: int = 9,
                     cache_length: int | None = None) -> dict[int, float]:
   """Milliseconds per decoder call with n new positions (batch_size rows), inside one compiled loop.
 
-  What the Jacobi decoders trade on: an iteration over a window of n costs step_cost(n), greedy pays
+  What the parallel decoders trade on: an iteration over a window of n costs step_cost(n), greedy pays
   step_cost(1) per token, so a window pays off when tokens accepted per call exceed step_cost(n) / step_cost(1).
   Each call is what the decoders' calls are: the Translator's step function with its output projection layout
   (translate.transposed_output_layout: E^T for calls over several positions or rows), then the best token of
-  every position (decoding.step.best_tokens). The KV cache has the decoders' own length for a source of
-  source_length tokens (translate.output_cap: every call attends over the whole cache, so its length sets
-  the cost of attention and of the cache's copies), at least max(widths) + 8; cache_length overrides it.
+  every position (decoding.step.best_tokens), which are the next call's inputs. The KV cache has the decoders'
+  own length for a source of source_length tokens (translate.output_cap: every call attends over the whole
+  cache, so its length sets the cost of attention and of the cache's copies), at least max(widths) + 8;
+  cache_length overrides it.
+
+  Only the calls are timed: the source is encoded once, outside the timed loop (encoder_cost measures it).
+  Until 2026-11-24 every timed run also encoded the source, so that each call's cost included a 32nd of the
+  encoder's time (then 32 calls a run): about a third of a one-position call at batch 1 on the quickstart
+  model, which made a wide call look cheaper against a narrow one than it is (docs/BENCHMARKS.md section 5). Widths are interleaved within each repeat; the median
+  over repeats is reported.
   """
   from fastmt import models  # pylint: disable=g-import-not-at-top
   from fastmt.decoding.step import best_tokens  # pylint: disable=g-import-not-at-top
@@ -96,26 +124,33 @@ def step_cost_curve(config: ModelConfig, params, widths=(1, 2, 3, 4, 5, 8, 16, 3
                                 transposed_output_layout)
   model = models.Transformer(config)
   source = jnp.full((batch_size, source_length), 5, jnp.int32)
+  memory = _encode_fn(config)(params, source)
   output_projection = transposed_output_layout(params)
   if cache_length is None:
     cache_length = max(output_cap(config, source_length, DecodeSettings('greedy')), max(widths) + 8)
-  costs = {}
-  for width in widths:
-    def run(params, output_projection, source):
-      encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
-      memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+
+  def loop_fn(width):
+    def run(params, output_projection, memory):
       step_fn = make_step_fn(model, params, memory, output_projection=output_projection)
       cache = models.init_cache(config, batch_size, cache_length)
-      tokens = jnp.full((batch_size, width), 5, jnp.int32)
 
       def body(i, carry):
-        cache, checksum = carry
+        cache, tokens = carry
         offsets = jnp.full((batch_size,), i % 8, jnp.int32)
         positions = offsets[:, None] + jnp.arange(width)[None, :]
         mask = models.cache_causal_mask(offsets, width, cache_length)
         logits, cache = step_fn(tokens, positions, mask, cache, offsets)
-        return cache, checksum + best_tokens(logits).sum()
-      return jax.lax.fori_loop(0, calls, body, (cache, jnp.int32(0)))[1]
-    fn = jax.jit(run)
-    costs[width] = 1000 * median_seconds(lambda: fn(params, output_projection, source), repeats) / calls
-  return costs
+        return cache, best_tokens(logits)  # the next call depends on this one, as in a decoder
+      return jax.lax.fori_loop(0, calls, body, (cache, jnp.full((batch_size, width), 5, jnp.int32)))[1]
+    return jax.jit(run)
+
+  loops = {width: loop_fn(width) for width in widths}
+  for fn in loops.values():  # compile, and run once
+    jax.block_until_ready(fn(params, output_projection, memory))
+  times = {width: [] for width in widths}
+  for _ in range(repeats):
+    for width, samples in times.items():
+      start = time.perf_counter()
+      jax.block_until_ready(loops[width](params, output_projection, memory))
+      samples.append(time.perf_counter() - start)
+  return {width: 1000 * statistics.median(samples) / calls for width, samples in times.items()}
