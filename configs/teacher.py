@@ -6,14 +6,32 @@ r"""The distillation teacher: the largest AT model these 2-core machines train i
 
 Wider than the students (d 384) with dropout, which a model trained for many epochs needs; same joint 8k
 vocabulary size, so that students trained on its distilled data (which copy its spm.model) keep the
-quickstart's output-layer cost.
+quickstart's output-layer cost. About 11 hours on 2 CPU cores; minutes on one GPU.
+
+    python train.py --config configs/teacher.py:students --workdir runs/teacher_d256
+
+`:students` is the teacher of the students' own shape (the quickstart's d 256, E4D2) that 2 CPU cores train
+in about two hours: dropout and four times the quickstart's steps, which a model of that size needs to get
+past the quickstart's own translations (issue [ib]: "a teacher of the students' width trained in the
+background for an hour or two").
 """
 
 from fastmt.configs import quickstart
 
 
-def get_config():
+def get_config(arg: str = ''):
+  if arg not in ('', 'students'):
+    raise ValueError(f'Unknown argument {arg!r} in configs/teacher.py:{arg}; use configs/teacher.py or '
+                     'configs/teacher.py:students')
   config = quickstart.get_config()
+  if arg == 'students':
+    config.model.dropout_rate = 0.1
+    config.num_train_steps = 9600
+    config.cooldown_fraction = 0.2
+    config.eval_every_steps = 1200
+    config.checkpoint_every_steps = 400
+    config.max_checkpoints_to_keep = 5
+    return config
   config.model.emb_dim = 384
   config.model.num_heads = 6
   config.model.mlp_dim = 1536
