@@ -1,11 +1,13 @@
 r"""What one iteration of a decoder's loop costs, apart from what a sentence pays once: batch 1, real sentences.
 
-    python benchmarks/iteration_cost.py --runs greedy=runs/ib/at_kd_avg5,ib=runs/ib/ib_kd_avg5,ib=runs/ib/ib_sa_kd_avg5
+    python benchmarks/iteration_cost.py \
+        --runs greedy=runs/ib/at_kd_avg5,ib=runs/ib/ib_kd_avg5,ib=runs/ib/ib_sa_kd_avg5
 
 The step-cost curve (fastmt.roofline, the bench's floor pass) times synthetic calls in a loop of its own; this
 script times the decoders themselves. For each sentence and each METHOD=WORKDIR (a fastmt.bench method, e.g.
-greedy, ib, pgj:3, and a work directory; a row is named WORKDIR's base name/METHOD), the Translator decodes it twice at batch 1: with the sentence's own output
-cap (n loop iterations) and with a cap of 1 token (1 iteration; every decoder stops at its cap). Then
+greedy, ib, pgj:3, and a work directory; a row is named WORKDIR's base name/METHOD), the Translator decodes
+it twice at batch 1: with the sentence's own output cap (n loop iterations) and with a cap of 1 token (1
+iteration; every decoder stops at its cap). Then
 
     per-iteration cost = (T(own cap) - T(cap 1)) / (n - 1),    fixed cost = T(cap 1) - per-iteration cost,
 
@@ -13,8 +15,8 @@ the fixed cost being what the sentence pays whatever its length: the encoder, th
 function, the loop's set-up and the recovery of the output. Methods are interleaved sentence by sentence,
 each time the median of --repeats runs, compile excluded. Reported: mean ms/sentence, mean iterations,
 mean fixed cost, and the per-iteration cost as total decoding time less the fixed costs over all iterations.
-Only for decoders with one loop whose iterations are alike (greedy, ib, the Jacobi decoders); not HRT's
-two stages. Run it on a quiet machine.
+Only for decoders with one loop whose iterations are alike (greedy, ib, PJ, PGJ); not HGJ (wide iterations,
+then one-position ones) or HRT (two stages). Run it on a quiet machine.
 """
 
 import argparse
@@ -58,7 +60,10 @@ def main():
   runs = {}
   for item in args.runs.split(','):
     method, workdir = item.split('=', 1)
-    runs[f'{os.path.basename(os.path.normpath(workdir))}/{method}'] = (method, workdir)
+    label = f'{os.path.basename(os.path.normpath(workdir))}/{method}'
+    if label in runs:
+      parser.error(f'two rows would be named {label}')
+    runs[label] = (method, workdir)
   translators = {label: bench.build_translators(workdir, [method])[0][method]
                  for label, (method, workdir) in runs.items()}
   first = next(iter(runs.values()))[1]

@@ -1,4 +1,4 @@
-r"""The distillation teacher: the largest AT model these 2-core machines train in a few hours.
+r"""The distillation teacher: the largest AT model these 2-core machines train overnight.
 
     python train.py --config configs/teacher.py --workdir runs/teacher
     python -m fastmt.checkpoint_average --workdir runs/teacher --last 5 --output runs/teacher_avg5

@@ -296,7 +296,7 @@ def define_flags():
   flags.DEFINE_integer('limit', 0, 'Translate only the first N sentences of the split (0 = all).')
   flags.DEFINE_string('output_dir', None, 'Where to write results.json, table.md and hypotheses.')
   flags.DEFINE_bool('floor', True, 'Also measure batch-1 greedy against the bandwidth/compute floor and the '
-                    'step-cost curve (a minute more).')
+                    'step-cost curve and the encoder alone (a minute more).')
 
 
 def _greedy_floor(workdir, sources, results):

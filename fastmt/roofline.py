@@ -92,7 +92,11 @@ def _encode_fn(config: ModelConfig):
 def encoder_cost(config: ModelConfig, params, batch_size: int = 1, source_length: int = 40,
                  repeats: int = 7) -> float:
   """Milliseconds to encode batch_size sources of source_length tokens (the memory included): the share of a
-  sentence's time that no decoding algorithm changes, which the ideal speed-ups add to the decoder calls."""
+  sentence's time that no decoding algorithm changes, which the ideal speed-ups add to the decoder calls.
+
+  The source is source_length tokens wide; a Translator pads each source to its bucket (translate.SOURCE_BUCKETS),
+  so the bench, which passes the mean length, slightly underestimates the encoder (the ideal errs high).
+  """
   encode = _encode_fn(config)
   source = jnp.full((batch_size, source_length), 5, jnp.int32)
   return 1000 * median_seconds(lambda: encode(params, source), repeats)
@@ -113,10 +117,11 @@ def step_cost_curve(config: ModelConfig, params, widths=(1, 2, 3, 4, 5, 8, 16, 3
   cache_length overrides it.
 
   Only the calls are timed: the source is encoded once, outside the timed loop (encoder_cost measures it).
-  Until 2026-11-24 every timed run also encoded the source, so that each call's cost included a 32nd of the
-  encoder's time (then 32 calls a run): about a third of a one-position call at batch 1 on the quickstart
-  model, which made a wide call look cheaper against a narrow one than it is (docs/BENCHMARKS.md section 5). Widths are interleaved within each repeat; the median
-  over repeats is reported.
+  Until 2026-11-24 every timed run also encoded the source, and each call's cost included a 32nd of the
+  encoder (then 32 calls a run; about 0.045 ms on the quickstart model at batch 1, a fifth of a one-position
+  call) and of the run's other fixed costs: a wide call looked cheaper against a narrow one than it is
+  (docs/BENCHMARKS.md section 5). Widths are interleaved within each repeat; the median over repeats is
+  reported.
   """
   from fastmt import models  # pylint: disable=g-import-not-at-top
   from fastmt.decoding.step import best_tokens  # pylint: disable=g-import-not-at-top
