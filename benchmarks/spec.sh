@@ -26,7 +26,7 @@ TOKENS=${TOKENS:-0}
 EXTRA=${EXTRA:-}
 BENCH_FLAGS=${BENCH_FLAGS:-}
 STAGES=${STAGES:-distill drafters eval}
-METHODS=${METHODS:-greedy,pgj:3+bigram,spec:2,spec:3,spec:4,spec:4+bigram}
+METHODS=${METHODS:-greedy,pgj:3+bigram,spec:2,spec:3,spec:4,spec:4+bigram,spec:2+ngram}
 mkdir -p "$RUNS"
 
 KD_BEAM=${KD_BEAM:-4}

@@ -34,8 +34,8 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K) |
   'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT) | 'spec:W'
   (speculative, window W, the model's own drafts), then optionally '+bigram' (Jacobi draft guesses; spec: the
-  bigram drafter), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove repeated n-grams up to N) and '@bf16'
-  (half precision), '@int8' or '@int8_layers' (8-bit, fastmt.quantize), '@bf16_int8' or '@bf16_int8_layers'
+  bigram drafter), '+ngram' (spec: prompt-lookup drafts), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove
+  repeated n-grams up to N) and '@bf16' (half precision), '@int8' or '@int8_layers' (8-bit, fastmt.quantize), '@bf16_int8' or '@bf16_int8_layers'
   (both) -> (label, settings, dtype)."""
   label = spec
   spec, _, suffix = spec.partition('@')

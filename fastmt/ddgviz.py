@@ -73,7 +73,8 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
   # The translator's own projection (E^T for multi-position calls), so the trace is of the same computation.
   result, trace = _traced_decode(translator.params, jnp.asarray(src), jnp.asarray(row_caps), draft_table,
                                  translator.output_projection, config=config, max_len=max_len, block=block,
-                                 parallel=parallel, mask_id=mask_id)
+                                 parallel=parallel, mask_id=mask_id,
+                                 lookup=settings.algorithm == 'spec' and settings.drafter == 'ngram')
   tokens = np.asarray(result.tokens[0])
   eos = np.flatnonzero(tokens == EOS_ID)
   length = int(eos[0]) + 1 if len(eos) else int(row_caps[0])  # no EOS: the output ran to its own cap
@@ -91,9 +92,9 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
                         f' init={settings.jacobi_init}'))
 
 
-@functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel', 'mask_id'))
+@functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel', 'mask_id', 'lookup'))
 def _traced_decode(params, source, row_caps, draft_table, output_projection, *, config, max_len, block, parallel,
-                   mask_id):
+                   mask_id, lookup=False):
   model = models.Transformer(config)
   encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
   memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
@@ -102,7 +103,8 @@ def _traced_decode(params, source, row_caps, draft_table, output_projection, *, 
   step_fn = make_step_fn(model, params, memory, output_projection=output_projection)
   return jacobi.jacobi_decode(step_fn, cache, source.shape[0], max_len, block,
                               parallel_length=parallel, initializer=initializer, return_trace=True,
-                              row_caps=row_caps, mask_id=mask_id)
+                              row_caps=row_caps, mask_id=mask_id,
+                              drafter=jacobi.ngram_drafter(source) if lookup else None)  # --drafter ngram
 
 
 def _cells(trace: SentenceTrace):

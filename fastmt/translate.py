@@ -150,8 +150,9 @@ def decode_source_batch(params, source, row_caps, clusters=None, draft_table=Non
   rows = batch * algorithm.rows_per_sentence(settings)
   memory = algorithm.expand(memory, settings)
   cache = models.init_cache(config, rows, algorithm.cache_length(max_len, settings))
+  extra = {'source': source} if algorithm.uses_source(settings) else {}
   return algorithm.run(make_step_fn(model, params, memory, clusters, output_projection), cache, batch, max_len,
-                       settings, draft_table, row_caps)
+                       settings, draft_table, row_caps, **extra)
 
 
 def batch_rows(sentences: int, batch_size: int, devices: int = 1) -> int:

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import fine_tuning_config, model_step, one_hot_logits, random_model, stub_cache
 from fastmt import models
-from fastmt.decoding import greedy, jacobi, registry
+from fastmt.decoding import drafts as drafts_lib, greedy, jacobi, registry
 from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, causal_window_mask
 from fastmt.errors import FastmtError
 from fastmt.objectives import autoregressive, selfdraft
@@ -163,6 +163,77 @@ def test_self_drafting_equals_greedy_on_random_models(seed, batch):
     assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()
 
 
+def test_lookup_drafts_on_worked_examples():
+  """What followed the last two tokens before: in the output (most recent match; a repetition continued when
+  the match is close), else in the source, else nothing found."""
+  history = jnp.array([[BOS_ID, A, B, C, D, A, B, 0, 0],  # "A B" again: what followed it, C D A B
+                       [BOS_ID, E, E, E, 0, 0, 0, 0, 0],  # "E E" right before: the repetition goes on
+                       [BOS_ID, F, C, 0, 0, 0, 0, 0, 0],  # "F C" only in the source
+                       [BOS_ID, F, 0, 0, 0, 0, 0, 0, 0]])  # BOS F: nowhere
+  end = jnp.array([6, 3, 2, 1])
+  source = jnp.array([[A, A, A, A, EOS_ID, 0], [C, C, C, EOS_ID, 0, 0], [D, F, C, A, B, EOS_ID],
+                      [F, F, EOS_ID, 0, 0, 0]])
+  drafts, found = drafts_lib.lookup_drafts(history, end, 4, 2, source)
+  np.testing.assert_array_equal(drafts, [[C, D, A, B], [E, E, E, E], [A, B, EOS_ID, PAD_ID], [PAD_ID] * 4])
+  np.testing.assert_array_equal(found, [True, True, True, False])
+  drafts, found = drafts_lib.lookup_drafts(history, end, 4, 2)  # no source: row 2 finds nothing
+  np.testing.assert_array_equal(found, [True, True, False, False])
+  drafts, found = drafts_lib.lookup_drafts(history[:1], jnp.array([6]), 3, 1)  # key "B": latest B before is 2
+  np.testing.assert_array_equal(drafts, [[C, D, A]])
+
+
+def test_ngram_drafts_continue_a_repeated_phrase_in_fewer_calls():
+  """'A B C D E A B C D E F': once 'A B' is out the second time, the drafter proposes what followed it."""
+  sequence = [A, B, C, D, E, A, B, C, D, E, F, EOS_ID] + [A] * 6
+  step_fn = _oracle_step(sequence)
+  expected = greedy.greedy_search(step_fn, stub_cache(1, 18), 1, 18)
+  plain = jacobi.pgj_decode(step_fn, stub_cache(1, 22), 1, 18, 4)
+  lookup, trace = jacobi.pgj_decode(step_fn, stub_cache(1, 22), 1, 18, 4, drafter=jacobi.ngram_drafter(),
+                                    return_trace=True)
+  np.testing.assert_array_equal(lookup.tokens, expected.tokens)
+  np.testing.assert_array_equal(plain.decoder_calls, [12])  # the oracle's own guesses never help: greedy's
+  # Calls 1-7 commit one token each: no two committed tokens occur earlier until 'A B' (after call 7); call 8
+  # is fed the draft 'C D E' (what followed 'A B') and commits C D E F; call 9 EOS.
+  np.testing.assert_array_equal(trace.accepted[:9, 0], [1, 1, 1, 1, 1, 1, 1, 4, 1])
+  np.testing.assert_array_equal(lookup.decoder_calls, [9])
+
+
+def test_ngram_drafts_copy_from_the_source():
+  """A name the translation copies: once its first two pieces are out, the rest comes from the source."""
+  sequence = [A, C, D, E, F, JUNK + 2, EOS_ID] + [A] * 9
+  source = jnp.array([[B, C, D, E, F, JUNK + 2, EOS_ID]])
+  step_fn = _oracle_step(sequence)
+  expected = greedy.greedy_search(step_fn, stub_cache(1, 16), 1, 16)
+  without = jacobi.pgj_decode(step_fn, stub_cache(1, 20), 1, 16, 4, drafter=jacobi.ngram_drafter())
+  copied = jacobi.pgj_decode(step_fn, stub_cache(1, 20), 1, 16, 4, drafter=jacobi.ngram_drafter(source))
+  np.testing.assert_array_equal(copied.tokens, expected.tokens)
+  np.testing.assert_array_equal(without.decoder_calls, [7])
+  # Calls 1-3 commit A, C, D; 'C D' is in the source: call 4 is fed E F x and commits E F x EOS.
+  np.testing.assert_array_equal(copied.decoder_calls, [4])
+
+
+@pytest.mark.parametrize('seed', range(3))
+@pytest.mark.parametrize('batch', [1, 4])
+def test_ngram_drafting_equals_greedy_on_random_models(seed, batch):
+  """Exact whatever the lookups find: random weights, sources full of repeats, a random fallback table."""
+  model, params = random_model(20 + seed)
+  rng = np.random.default_rng(seed)
+  source = rng.integers(4, 9, (batch, int(rng.integers(3, 12))))  # few distinct tokens: many matches
+  source[:, -1] = EOS_ID
+  step_fn = model_step(model, params, jnp.array(source), rng.integers(1, 20, batch))
+  max_len = 16
+  caps = jnp.array(rng.integers(0, max_len + 1, batch)) if batch > 1 else None
+  expected = greedy.greedy_search(step_fn, models.init_cache(model.config, batch, max_len), batch, max_len, caps)
+  fallback = jacobi.chain_initializer(rng.integers(0, 40, 40))
+  for width in (2, 3, 5):
+    for ngram in (1, 2):
+      out = jacobi.pgj_decode(step_fn, models.init_cache(model.config, batch, max_len + width), batch, max_len,
+                              width, initializer=fallback, row_caps=caps,
+                              drafter=jacobi.ngram_drafter(jnp.array(source), ngram))
+      np.testing.assert_array_equal(out.tokens, expected.tokens, err_msg=f'W={width} n={ngram}')
+      assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()
+
+
 def test_cache_too_small_for_the_draft_slots_is_a_clear_error():
   with pytest.raises(ValueError, match='2 \\* block_size'):
     jacobi.pgj_decode(_oracle_step(SEQ), stub_cache(1, 19), 1, 16, 3, mask_id=MASK)
@@ -216,3 +287,6 @@ def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir,
   with pytest.raises(FastmtError, match='selfdraft'):
     at_model.translate(texts, algorithm='spec')
   assert at_model.translate(texts, algorithm='spec', drafter='pad') == at_model.translate(texts)
+  assert at_model.translate(texts, algorithm='spec', drafter='ngram') == at_model.translate(texts)
+  ngram_translator = at_model.translator('spec', block_size=3, drafter='ngram')
+  assert 'drafter=ngram' in ddgviz.trace_sentence(ngram_translator, texts[0], ngram_translator.settings).method

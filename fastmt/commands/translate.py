@@ -43,7 +43,8 @@ def define_flags():
                        '(the interleaved paper\'s optional deduplication; 0 = off).')
   flags.DEFINE_integer('block_size', 3, 'Window width: Jacobi block size b (pgj, hgj); W of --algorithm spec.')
   flags.DEFINE_enum('drafter', 'self', list(registry.DRAFTERS), '--algorithm spec: who guesses the next window: '
-                    'self (the model\'s own <mask> slots, in the verifying call; a selfdraft model), bigram or pad. '
+                    'self (the model\'s own <mask> slots, in the verifying call; a selfdraft model), ngram (what '
+                    'followed the last two tokens earlier in the output or the source; any model), bigram or pad. '
                     'The output equals greedy\'s whatever the drafter.')
   flags.DEFINE_integer('parallel_length', 0, 'HGJ parallel length l (0 = the output cap).')
   flags.DEFINE_enum('jacobi_init', 'pad', ['pad', 'bigram'], 'Jacobi guesses for new positions: pad (the '

@@ -1,4 +1,4 @@
-"""Draft tables for Jacobi initialisation: a cheap guess of what follows each token.
+"""Drafts for Jacobi initialisation and speculative decoding: cheap guesses of what follows.
 
 Jacobi decoding is exact whatever its initial guesses are (every committed token is verified against the
 model), but it needs fewer iterations when the guesses are right more often. PAD guesses (the paper's) are
@@ -8,8 +8,14 @@ guesses frequent continuations ("und" -> "er", "Herrn" -> ",") for free: one gat
 
     table = bigram_table(tokenizer.encode(train.targets), vocab_size)
     jacobi.pgj_decode(step_fn, cache, batch, max_len, 3, initializer=jacobi.chain_initializer(table))
+
+Lookup drafts (`lookup_drafts`, the n-gram idea of lookahead decoding) need no table: a row that repeats
+itself ("der Herr ... der Herr") or copies a name from its source ("Barnabas") gets the tokens that followed
+the same two tokens before. `--algorithm spec --drafter ngram` uses them, with the bigram chain where none
+matches.
 """
 
+import jax.numpy as jnp
 import numpy as np
 
 from fastmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -44,3 +50,55 @@ def bigram_table(sequences, vocab_size: int) -> np.ndarray:
   table[previous[first]] = following[first]
   table[PAD_ID] = EOS_ID  # PAD never precedes a real token
   return table
+
+
+def lookup_drafts(history, end, width: int, ngram: int = 2, source=None):
+  """Prompt-lookup drafts (the n-gram idea of lookahead decoding, without its pool): the `width` tokens that
+  followed the latest earlier occurrence of the row's last `ngram` tokens, in its own output so far, else in
+  its source (names and numbers that a translation copies: the vocabulary is joint). Pure jnp, jit-friendly.
+
+  Args:
+    history: int [B, H]: each row's tokens so far (BOS first); entries past `end` are ignored.
+    end: int [B]: index of each row's last token (the anchor); the key is history[end - ngram + 1 .. end].
+    width: tokens to draft. A match in the output so close to the anchor that fewer than `width` known tokens
+      follow it repeats what follows it ("a b a b" -> "a b a b ...": a repetition continued).
+    ngram: length of the key (>= 1).
+    source: optional int [B, S] source ids (EOS, then PAD, after the sentence).
+  Returns:
+    (drafts int32 [B, width], found bool [B]): found is False where no match exists (drafts are then PAD).
+  """
+  history = jnp.asarray(history, jnp.int32)
+  end = jnp.asarray(end, jnp.int32)
+  rows, length = history.shape
+  offsets = jnp.arange(ngram)[None, :] - (ngram - 1)  # key = history[end + offsets]
+  key = jnp.take_along_axis(history, jnp.clip(end[:, None] + offsets, 0, length - 1), axis=1)  # [B, n]
+  key_valid = end >= ngram - 1
+
+  def latest_match(sequence, last_allowed):
+    """The largest j <= last_allowed[b] with sequence[b, j - n + 1 .. j] == key[b], or -1."""
+    positions = jnp.arange(sequence.shape[1])
+    matches = jnp.ones(sequence.shape, bool)
+    for i in range(ngram):  # sequence[j - (n - 1 - i)] == key[i]
+      shift = ngram - 1 - i
+      shifted = jnp.pad(sequence, ((0, 0), (shift, 0)), constant_values=-1)[:, :sequence.shape[1]]
+      matches &= shifted == key[:, i:i + 1]
+    matches &= (positions[None, :] >= ngram - 1) & (positions[None, :] <= last_allowed[:, None])
+    matches &= key_valid[:, None]
+    return jnp.max(jnp.where(matches, positions[None, :], -1), axis=1)
+
+  steps = jnp.arange(width)[None, :]
+  in_output = latest_match(history, end - 1)  # [B]
+  period = jnp.maximum(end - in_output, 1)  # known tokens after the match: in_output + 1 .. end
+  from_output = jnp.take_along_axis(history, jnp.clip(in_output[:, None] + 1 + steps % period[:, None], 0,
+                                                      length - 1), axis=1)
+  drafts, found = jnp.where((in_output >= 0)[:, None], from_output, PAD_ID), in_output >= 0
+  if source is not None:
+    source = jnp.asarray(source, jnp.int32)
+    in_source = latest_match(source, jnp.full((rows,), source.shape[1] - 2, jnp.int32))
+    from_source = jnp.take_along_axis(source, jnp.clip(in_source[:, None] + 1 + steps, 0, source.shape[1] - 1),
+                                      axis=1)
+    from_source = jnp.where(in_source[:, None] + 1 + steps < source.shape[1], from_source, PAD_ID)
+    use_source = ~found & (in_source >= 0)
+    drafts = jnp.where(use_source[:, None], from_source, drafts)
+    found = found | use_source
+  return drafts.astype(jnp.int32), found

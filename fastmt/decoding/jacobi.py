@@ -29,6 +29,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from fastmt.decoding import drafts
 from fastmt.decoding.greedy import DecodeOutput, row_limits
 from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, best_tokens, causal_window_mask
 
@@ -38,6 +39,13 @@ from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, best_tok
 # to guesses int32 [B, W] for the W positions that follow it. Exactness never depends on the guesses (every
 # committed token is verified); only the number of iterations does.
 Initializer = Callable[[int], Callable[[jax.Array], jax.Array]]
+
+# A prefix drafter proposes, after every commit, the next W tokens from the row's tokens so far:
+# (tokens int32 [B, H] (BOS first), end int32 [B] (index of the last committed token), W) -> (drafts int32
+# [B, W] for the outputs after it, found bool [B]). Where found, its drafts replace Jacobi's guesses for the
+# next window. drafts.lookup_drafts is one (the n-gram drafter); like every guess, drafts never change the
+# output, only the number of calls.
+PrefixDrafter = Callable[[jax.Array, jax.Array, int], tuple[jax.Array, jax.Array]]
 
 
 def pad_initializer(width: int) -> Callable[[jax.Array], jax.Array]:
@@ -117,7 +125,8 @@ def draft_window_mask(write_offsets: jax.Array, context: jax.Array, width: int, 
 
 
 def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, parallel_limit: int,
-                 initializer: Initializer, caps: jax.Array, mask_id: int | None = None) -> JacobiState:
+                 initializer: Initializer, caps: jax.Array, mask_id: int | None = None,
+                 drafter: PrefixDrafter | None = None) -> JacobiState:
   """Runs iterations with window `width` while some row is unfinished and below `parallel_limit`.
 
   mask_id (self-drafting; a model trained with the selfdraft objective): each call also carries W <mask>
@@ -127,8 +136,9 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
   * right after the committed prefix (positions n .., seeing only the prefix) when the guesses are not a
     draft (the first call, or the window was not accepted whole): whatever the call accepts, the next
     guesses are this draft from the accepted point on (its first slots are the outputs just committed).
-  Otherwise the next guesses are Jacobi's (the unverified predictions, shifted). Drafts are guesses like any
-  other: the commit rule keeps the output exact whatever they say.
+  Otherwise the next guesses are Jacobi's (the unverified predictions, shifted), or the prefix drafter's
+  where it finds something. Drafts are guesses like any other: the commit rule keeps the output exact
+  whatever they say.
   """
   cache_length = jax.tree_util.tree_leaves(state.cache)[0].shape[1]
   guesses_after = initializer(width)  # built here, once: the loop body only indexes into it
@@ -182,6 +192,10 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
       # A draft after the prefix always fits; a draft after the window only if the whole window was accepted.
       guess_is_draft = ~s.guess_is_draft | (accepted == width)
       guess = jnp.where(guess_is_draft[:, None], from_draft, guess)
+    if drafter is not None and width > 1:
+      # tokens[1 .. committed] are final: the drafter continues them (it reads nothing past `committed`).
+      drafted, found = drafter(tokens, committed, width)
+      guess = jnp.where(found[:, None], drafted, guess)
     guess = jnp.where(s.done[:, None], s.guess, guess)
 
     trace = s.trace
@@ -202,7 +216,8 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
 
 def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_length: int, block_size: int,
                   parallel_length: int | None = None, initializer: Initializer = pad_initializer,
-                  return_trace: bool = False, row_caps: jax.Array | None = None, mask_id: int | None = None):
+                  return_trace: bool = False, row_caps: jax.Array | None = None, mask_id: int | None = None,
+                  drafter: PrefixDrafter | None = None):
   """Hybrid GS-Jacobi decoding; PJ and PGJ are its special cases (see module docstring).
 
   Args:
@@ -220,12 +235,16 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
     mask_id: self-drafting (see _jacobi_loop): every W-wide call also carries W <mask> slots that draft the
       next window; for models trained with the selfdraft objective (fastmt/objectives/selfdraft.py). The
       cache then needs max_length + 2 * block_size slots.
+    drafter: a PrefixDrafter (e.g. ngram_drafter): after every commit, its drafts of the next window replace
+      Jacobi's guesses where it finds any. Not with mask_id.
   Returns:
     DecodeOutput (and the JacobiTrace when return_trace): tokens equal to greedy_search's, decoder_calls
     per row <= its greedy length.
   """
   if block_size < 1:
     raise ValueError(f'block_size must be >= 1, got {block_size}')
+  if drafter is not None and mask_id is not None:
+    raise ValueError('give a prefix drafter or self-drafting (mask_id), not both')
   block_size = min(block_size, max_length)
   parallel_length = max_length if parallel_length is None else parallel_length
   if not 0 < parallel_length <= max_length:
@@ -247,13 +266,20 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
   caps = row_limits(batch_size, max_length, row_caps)
   first_guesses = initializer(block_size)(jnp.full((batch_size,), BOS_ID, jnp.int32))
   state = JacobiState(jnp.int32(0), tokens, zeros, first_guesses, caps <= 0, zeros, cache, trace, zeros > 0)
-  state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer, caps, mask_id)
+  state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer, caps, mask_id, drafter)
   if parallel_length < max_length:
     state = _jacobi_loop(step_fn, state, 1, max_length, max_length, initializer, caps)
   outputs = state.tokens[:, 1:max_length + 1]
   outputs = jnp.where(jnp.arange(max_length)[None, :] < state.committed[:, None], outputs, PAD_ID)
   result = DecodeOutput(outputs, state.calls, state.iteration)
   return (result, state.trace) if return_trace else result
+
+
+def ngram_drafter(source: jax.Array | None = None, ngram: int = 2) -> PrefixDrafter:
+  """Prompt-lookup drafts (drafts.lookup_drafts): what followed the row's last `ngram` committed tokens
+  earlier in its output, else in its source ids (int32 [B, S], optional: names and numbers a translation
+  copies)."""
+  return lambda tokens, end, width: drafts.lookup_drafts(tokens, end, width, ngram, source)
 
 
 def pj_decode(step_fn, cache, batch_size, max_length, **kwargs):

@@ -14,7 +14,8 @@ from fastmt.errors import FastmtError
 
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
-  # (step_fn, cache, batch_size, max_length, settings, draft_table, row_caps) -> DecodeOutput
+  # (step_fn, cache, batch_size, max_length, settings, draft_table, row_caps) -> DecodeOutput; with
+  # uses_source also source=int32 [B, S] (the source ids, for drafts that copy from them)
   run: Callable[..., Any]
   rows_per_sentence: Callable[[Any], int] = lambda settings: 1
   cache_length: Callable[[int, Any], int] = lambda max_length, settings: max_length
@@ -24,6 +25,7 @@ class Algorithm:
   # autoregressively (their AT task; HRT's C_d = 1), so every left-to-right algorithm takes them.
   objectives: tuple[str, ...] = ('at', 'hrt', 'selfdraft')
   default_beam_size: int = 1  # beam size when the caller gives none
+  uses_source: Callable[[Any], bool] = lambda settings: False
 
 
 def _check_beam(settings):
@@ -94,9 +96,10 @@ def _hgj(step_fn, cache, batch, max_len, s, draft_table, row_caps):
 
 _jacobi_cache = lambda width: (lambda max_len, s: max_len + min(width(s, max_len), max_len))
 
-# Speculative decoding's drafters: 'self' = the model's own <mask> slots (selfdraft objective), 'bigram' and
-# 'pad' = PGJ's guesses (a draft table; PAD).
-DRAFTERS = ('self', 'bigram', 'pad')
+# Speculative decoding's drafters: 'self' = the model's own <mask> slots (selfdraft objective), 'ngram' =
+# prompt lookup in the row's own output and its source (drafts.lookup_drafts; the bigram chain where nothing
+# matches), 'bigram' and 'pad' = PGJ's guesses (a draft table; PAD).
+DRAFTERS = ('self', 'ngram', 'bigram', 'pad')
 
 
 def _check_spec(settings):
@@ -109,18 +112,19 @@ def _check_spec(settings):
 
 def needs_draft_table(settings) -> bool:
   """Whether decoding with these settings follows the bigram draft table (decode_lib.load_draft_table)."""
-  return settings.jacobi_init == 'bigram' or (settings.algorithm == 'spec' and settings.drafter == 'bigram')
+  return settings.jacobi_init == 'bigram' or (settings.algorithm == 'spec' and settings.drafter in ('bigram', 'ngram'))
 
 
-def _spec(step_fn, cache, batch, max_len, s, draft_table, caps):
+def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None):
   mask_id = None
   if s.drafter == 'self':
     if s.draft_mask_id is None:
       raise FastmtError("--drafter self needs the model's <mask> id, resolved from its work directory")
     mask_id = s.draft_mask_id
   initializer = jacobi.chain_initializer(draft_table) if needs_draft_table(s) else jacobi.pad_initializer
+  drafter = jacobi.ngram_drafter(source) if s.drafter == 'ngram' else None  # bigram guesses where no match
   return jacobi.pgj_decode(step_fn, cache, batch, max_len, s.block_size, initializer=initializer, row_caps=caps,
-                           mask_id=mask_id)
+                           mask_id=mask_id, drafter=drafter)
 
 
 def _spec_cache(max_len, s):
@@ -165,7 +169,8 @@ ALGORITHMS = {
     'hgj': Algorithm(run=_hgj, cache_length=_jacobi_cache(lambda s, max_len: s.block_size),
                      check=_check_jacobi),
     # Exact speculative decoding: the drafter's guesses verified by Jacobi's commit rule (= greedy's output).
-    'spec': Algorithm(run=_spec, cache_length=_spec_cache, check=_check_spec),
+    'spec': Algorithm(run=_spec, cache_length=_spec_cache, check=_check_spec,
+                      uses_source=lambda s: s.drafter == 'ngram'),
 }
 
 
