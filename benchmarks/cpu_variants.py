@@ -73,7 +73,7 @@ def main(argv):
   translators = {}
   for method in FLAGS.methods:
     label, settings, dtype = bench.parse_method(method)
-    table = decode_lib.load_draft_table(workdir) if registry.needs_draft_table(settings) else None
+    table = decode_lib.load_draft_table(workdir) if registry.uses_draft_table(settings) else None
     for variant in FLAGS.variants:
       translators[f'{label}[{variant}]'] = Translator(
           *precision.for_inference(config, params, dtype), tokenizer, settings, draft_table=table,

@@ -80,7 +80,7 @@ def main(argv):
   options = workdir_lib.load_objective_options(FLAGS.workdir)
   for method in FLAGS.algorithms:
     _, settings, _ = parse_method(method)
-    table = decode_lib.load_draft_table(FLAGS.workdir) if registry.needs_draft_table(settings) else None
+    table = decode_lib.load_draft_table(FLAGS.workdir) if registry.uses_draft_table(settings) else None
     # The Translator resolves what the model's objective adds to the settings (an interleaving, <mask> ids).
     settings = translate.Translator(config, params, tokenizer, settings, draft_table=table, objective=objective,
                                     objective_options=options).settings

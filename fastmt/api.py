@@ -51,9 +51,9 @@ class TranslationModel:
     key = (decode_settings, clusters)
     if key not in self._translators:
       draft_table = None
-      if registry.needs_draft_table(decode_settings):
-        if self.workdir is None:
-          raise FastmtError("the bigram draft table needs the model's work directory (its training targets)")
+      if registry.needs_draft_table(decode_settings) and self.workdir is None:
+        raise FastmtError("the bigram draft table needs the model's work directory (its training targets)")
+      if registry.uses_draft_table(decode_settings) and self.workdir is not None:
         from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
         draft_table = decode_lib.load_draft_table(self.workdir)
       self._translators[key] = Translator(self.config, self.params, self.tokenizer, decode_settings,

@@ -108,7 +108,7 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
   tokenizer = workdir_lib.load_tokenizer(workdir)
   translators = {}
   for label, settings, dtype in parsed:
-    table = decode_lib.load_draft_table(workdir) if registry.needs_draft_table(settings) else None
+    table = decode_lib.load_draft_table(workdir) if registry.uses_draft_table(settings) else None
     translators[label] = Translator(*precision.for_inference(model_config, params, dtype), tokenizer, settings,
                                     draft_table=table, objective=objective, objective_options=options)
   return translators, model_config, step

@@ -61,8 +61,8 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
   parallel = (min(settings.parallel_length, max_len) if settings.parallel_length else max_len
               ) if settings.algorithm == 'hgj' else max_len
   draft_table = None
-  if registry.needs_draft_table(settings):
-    if translator.draft_table is None:
+  if registry.uses_draft_table(settings):
+    if translator.draft_table is None and registry.needs_draft_table(settings):
       raise FastmtError("the bigram draft table needs a Translator with a draft table")
     draft_table = translator.draft_table
   mask_id = None

@@ -130,7 +130,7 @@ def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | 
     except FileNotFoundError as e:
       logging.warning('%s: using the dense projection for this direction', e)
   model_config, params = precision.for_inference(model_config, params, dtype)
-  draft_table = load_draft_table(workdir) if registry.needs_draft_table(settings) else None
+  draft_table = load_draft_table(workdir) if registry.uses_draft_table(settings) else None
   return Translator(model_config, params, tokenizer, settings, clusters, draft_table, objective,
                     objective_options=workdir_lib.load_objective_options(workdir))
 

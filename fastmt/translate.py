@@ -60,7 +60,7 @@ class DecodeSettings:
   chunk_size: int = 0  # --algorithm hrt: k; 0 = the model's (the only one it was trained for)
   nat_beam_size: int = 1  # --algorithm hrt: Skip-AT hypotheses that stage II fills (b_nat <= b_at = beam_size)
   hrt_symbols: tuple[int, int] | None = None  # (<mask>, <bos_k>) ids: resolved by Translator, never by hand
-  drafter: str = 'self'  # --algorithm spec: 'self' (the model's <mask> slots), 'bigram' or 'pad'
+  drafter: str = 'self'  # --algorithm spec: 'self' (the model's <mask> slots), 'ngram', 'bigram' or 'pad'
   draft_mask_id: int | None = None  # --drafter self: the <mask> id, resolved by Translator, never by hand
 
   def __post_init__(self):

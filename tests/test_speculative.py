@@ -166,10 +166,11 @@ def test_self_drafting_equals_greedy_on_random_models(seed, batch):
 def test_lookup_drafts_on_worked_examples():
   """What followed the last two tokens before: in the output (most recent match; a repetition continued when
   the match is close), else in the source, else nothing found."""
-  history = jnp.array([[BOS_ID, A, B, C, D, A, B, 0, 0],  # "A B" again: what followed it, C D A B
-                       [BOS_ID, E, E, E, 0, 0, 0, 0, 0],  # "E E" right before: the repetition goes on
-                       [BOS_ID, F, C, 0, 0, 0, 0, 0, 0],  # "F C" only in the source
-                       [BOS_ID, F, 0, 0, 0, 0, 0, 0, 0]])  # BOS F: nowhere
+  # Past `end` are stale predictions (here copies of each key and junk): never read.
+  history = jnp.array([[BOS_ID, A, B, C, D, A, B, A, B],  # "A B" again: what followed it, C D A B
+                       [BOS_ID, E, E, E, E, E, A, 0, 0],  # "E E" right before: the repetition goes on
+                       [BOS_ID, F, C, F, C, D, D, D, D],  # "F C" only in the source
+                       [BOS_ID, F, BOS_ID, F, JUNK, 0, 0, 0, 0]])  # BOS F: nowhere
   end = jnp.array([6, 3, 2, 1])
   source = jnp.array([[A, A, A, A, EOS_ID, 0], [C, C, C, EOS_ID, 0, 0], [D, F, C, A, B, EOS_ID],
                       [F, F, EOS_ID, 0, 0, 0]])
@@ -180,6 +181,42 @@ def test_lookup_drafts_on_worked_examples():
   np.testing.assert_array_equal(found, [True, True, False, False])
   drafts, found = drafts_lib.lookup_drafts(history[:1], jnp.array([6]), 3, 1)  # key "B": latest B before is 2
   np.testing.assert_array_equal(drafts, [[C, D, A]])
+  with pytest.raises(ValueError, match='one source per row'):
+    drafts_lib.lookup_drafts(history, end, 4, 2, source[:1])
+
+
+def _reference_lookup(history, end, width, ngram, source):
+  """lookup_drafts in plain Python, one row."""
+  if end < ngram - 1:
+    return [PAD_ID] * width, False
+  key = list(history[end - ngram + 1:end + 1])
+  for j in range(end - 1, ngram - 2, -1):  # latest match first, ending before the anchor
+    if list(history[j - ngram + 1:j + 1]) == key:
+      known = list(history[j + 1:end + 1])  # what followed it, up to the anchor; repeated if too short
+      return [known[t % len(known)] for t in range(width)], True
+  if source is not None:
+    for j in range(len(source) - 2, ngram - 2, -1):
+      if list(source[j - ngram + 1:j + 1]) == key:
+        return [source[j + 1 + t] if j + 1 + t < len(source) else PAD_ID for t in range(width)], True
+  return [PAD_ID] * width, False
+
+
+@pytest.mark.parametrize('seed', range(3))
+def test_lookup_drafts_equal_a_plain_python_reference(seed):
+  rng = np.random.default_rng(seed)
+  rows, length = 64, 12
+  history = rng.integers(3, 7, (rows, length))  # 4 tokens: many matches, some none
+  history[:, 0] = BOS_ID
+  end = rng.integers(0, length, rows)
+  source = rng.integers(3, 9, (rows, 7))
+  for ngram in (1, 2, 3):
+    for width, src in ((1, None), (4, source), (6, source)):
+      drafts, found = drafts_lib.lookup_drafts(history, end, width, ngram, src)
+      for b in range(rows):
+        expected, expected_found = _reference_lookup(history[b], int(end[b]), width, ngram,
+                                                     None if src is None else src[b])
+        assert (list(np.asarray(drafts[b])), bool(found[b])) == (expected, expected_found), (b, ngram, width)
+      assert np.asarray(found).any() and not np.asarray(found).all()
 
 
 def test_ngram_drafts_continue_a_repeated_phrase_in_fewer_calls():
@@ -210,6 +247,33 @@ def test_ngram_drafts_copy_from_the_source():
   np.testing.assert_array_equal(without.decoder_calls, [7])
   # Calls 1-3 commit A, C, D; 'C D' is in the source: call 4 is fed E F x and commits E F x EOS.
   np.testing.assert_array_equal(copied.decoder_calls, [4])
+
+
+def test_each_row_drafts_from_its_own_source_through_the_spec_algorithm():
+  """registry's spec with drafter ngram at batch 3: row b copies from source b only (a row given another
+  row's source would find nothing and need every greedy call)."""
+  from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
+  names = [[C, D, E, F, JUNK + 2], [D, E, F, JUNK + 2, JUNK + 3], [JUNK + 4] * 5]
+  sequences = jnp.array([[A] + names[0] + [EOS_ID] + [A] * 9, [B] + names[1] + [EOS_ID] + [A] * 9,
+                         [A, B, C, D, E, F, EOS_ID] + [A] * 9])
+  sources = jnp.array([[B] + names[0] + [EOS_ID], [A] + names[1] + [EOS_ID], [JUNK + 5] * 6 + [EOS_ID]])
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets):  # _oracle_step, one sequence per row
+    del self_mask, write_offsets
+    p = jnp.minimum(positions, sequences.shape[1] - 1)
+    previous = jnp.concatenate([jnp.full((3, 1), BOS_ID), sequences[:, :-1]], axis=1)
+    right = tokens == jnp.take_along_axis(previous, p, 1)
+    return one_hot_logits(jnp.where(right, jnp.take_along_axis(sequences, p, 1), JUNK)), cache
+
+  settings = DecodeSettings('spec', block_size=4, drafter='ngram')
+  spec = registry.get('spec')
+  assert spec.uses_source(settings)
+  out = spec.run(step_fn, stub_cache(3, 20), 3, 16, settings, None, None, source=sources)
+  expected = greedy.greedy_search(step_fn, stub_cache(3, 16), 3, 16)
+  np.testing.assert_array_equal(out.tokens, expected.tokens)
+  # Rows 0 and 1: three calls to the first token and the name's first two pieces, then the rest of the name
+  # and EOS (4 tokens, the window) in one call; row 2 has nothing to copy: greedy's 7 calls.
+  np.testing.assert_array_equal(out.decoder_calls, [4, 4, 7])
 
 
 @pytest.mark.parametrize('seed', range(3))
@@ -288,5 +352,7 @@ def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir,
     at_model.translate(texts, algorithm='spec')
   assert at_model.translate(texts, algorithm='spec', drafter='pad') == at_model.translate(texts)
   assert at_model.translate(texts, algorithm='spec', drafter='ngram') == at_model.translate(texts)
+  without_workdir = fastmt.TranslationModel(at_model.config, at_model.params, at_model.tokenizer)
+  assert without_workdir.translate(texts, algorithm='spec', drafter='ngram') == at_model.translate(texts)
   ngram_translator = at_model.translator('spec', block_size=3, drafter='ngram')
   assert 'drafter=ngram' in ddgviz.trace_sentence(ngram_translator, texts[0], ngram_translator.settings).method

@@ -11,8 +11,8 @@ guesses frequent continuations ("und" -> "er", "Herrn" -> ",") for free: one gat
 
 Lookup drafts (`lookup_drafts`, the n-gram idea of lookahead decoding) need no table: a row that repeats
 itself ("der Herr ... der Herr") or copies a name from its source ("Barnabas") gets the tokens that followed
-the same two tokens before. `--algorithm spec --drafter ngram` uses them, with the bigram chain where none
-matches.
+the same two tokens before. `--algorithm spec --drafter ngram` uses them: where a lookup finds something,
+its drafts replace the next window's guesses; elsewhere Jacobi's own guesses stand.
 """
 
 import jax.numpy as jnp
@@ -94,6 +94,8 @@ def lookup_drafts(history, end, width: int, ngram: int = 2, source=None):
   drafts, found = jnp.where((in_output >= 0)[:, None], from_output, PAD_ID), in_output >= 0
   if source is not None:
     source = jnp.asarray(source, jnp.int32)
+    if source.shape[0] != rows:
+      raise ValueError(f'source has {source.shape[0]} rows, the tokens {rows}: one source per row')
     in_source = latest_match(source, jnp.full((rows,), source.shape[1] - 2, jnp.int32))
     from_source = jnp.take_along_axis(source, jnp.clip(in_source[:, None] + 1 + steps, 0, source.shape[1] - 1),
                                       axis=1)

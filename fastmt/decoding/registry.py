@@ -97,8 +97,9 @@ def _hgj(step_fn, cache, batch, max_len, s, draft_table, row_caps):
 _jacobi_cache = lambda width: (lambda max_len, s: max_len + min(width(s, max_len), max_len))
 
 # Speculative decoding's drafters: 'self' = the model's own <mask> slots (selfdraft objective), 'ngram' =
-# prompt lookup in the row's own output and its source (drafts.lookup_drafts; the bigram chain where nothing
-# matches), 'bigram' and 'pad' = PGJ's guesses (a draft table; PAD).
+# prompt lookup in the row's own output and its source (drafts.lookup_drafts; where nothing matches, Jacobi's
+# own guesses, with the bigram chain if there is a table), 'bigram' and 'pad' = PGJ's guesses (a draft table;
+# PAD).
 DRAFTERS = ('self', 'ngram', 'bigram', 'pad')
 
 
@@ -112,7 +113,14 @@ def _check_spec(settings):
 
 def needs_draft_table(settings) -> bool:
   """Whether decoding with these settings follows the bigram draft table (decode_lib.load_draft_table)."""
-  return settings.jacobi_init == 'bigram' or (settings.algorithm == 'spec' and settings.drafter in ('bigram', 'ngram'))
+  return settings.jacobi_init == 'bigram' or (settings.algorithm == 'spec' and settings.drafter == 'bigram')
+
+
+def uses_draft_table(settings) -> bool:
+  """needs_draft_table, or a drafter that uses the table when it is there: --drafter ngram guesses the positions
+  entering its window with the bigram chain where it has a table, PAD where not (fastmt.load without a work
+  directory)."""
+  return needs_draft_table(settings) or (settings.algorithm == 'spec' and settings.drafter == 'ngram')
 
 
 def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None):
@@ -121,8 +129,11 @@ def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None):
     if s.draft_mask_id is None:
       raise FastmtError("--drafter self needs the model's <mask> id, resolved from its work directory")
     mask_id = s.draft_mask_id
-  initializer = jacobi.chain_initializer(draft_table) if needs_draft_table(s) else jacobi.pad_initializer
-  drafter = jacobi.ngram_drafter(source) if s.drafter == 'ngram' else None  # bigram guesses where no match
+  use_table = needs_draft_table(s) or (s.drafter == 'ngram' and draft_table is not None)
+  initializer = jacobi.chain_initializer(draft_table) if use_table else jacobi.pad_initializer
+  # ngram: where a lookup finds something its drafts replace the next window's guesses; elsewhere Jacobi's own
+  # guesses stand (the window's unverified predictions, shifted; the initializer's for new positions).
+  drafter = jacobi.ngram_drafter(source) if s.drafter == 'ngram' else None
   return jacobi.pgj_decode(step_fn, cache, batch, max_len, s.block_size, initializer=initializer, row_caps=caps,
                            mask_id=mask_id, drafter=drafter)
 
