@@ -35,8 +35,8 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT) | 'spec:W'
   (speculative, window W, the model's own drafts), then optionally '+bigram' (Jacobi draft guesses; spec: the
   bigram drafter), '+ngram' (spec: prompt-lookup drafts), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove
-  repeated n-grams up to N) and '@bf16' (half precision), '@int8' or '@int8_layers' (8-bit, fastmt.quantize), '@bf16_int8' or '@bf16_int8_layers'
-  (both) -> (label, settings, dtype)."""
+  repeated n-grams up to N) and '@bf16' (half precision), '@int8' or '@int8_layers' (8-bit, fastmt.quantize),
+  '@bf16_int8' or '@bf16_int8_layers' (both) -> (label, settings, dtype)."""
   label = spec
   spec, _, suffix = spec.partition('@')
   dtype = {'': 'float32', 'fp32': 'float32', 'bf16': 'bfloat16', 'int8': 'int8', 'int8_layers': 'int8_layers',

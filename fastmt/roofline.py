@@ -7,6 +7,7 @@ bandwidth is measured for a working set of that many bytes read repeatedly, as d
 model's weights live in the CPU caches, so main-memory bandwidth would put the floor above what runs.
 """
 
+import functools
 import statistics
 import time
 
@@ -77,6 +78,7 @@ def floor_ms_per_token(config: ModelConfig, source_length: int, target_length: i
           'compute_floor_ms': compute_ms, 'floor_ms_per_token': max(memory_ms, compute_ms)}
 
 
+@functools.lru_cache(maxsize=8)  # one compilation per model shape, for the curve and encoder_cost alike
 def _encode_fn(config: ModelConfig):
   """A jitted (params, source [B, S]) -> the decoder's memory (the encoder plus the cross-attention keys and
   values that every decoder call reuses): what a sentence pays once, whatever its decoder does."""

@@ -12,6 +12,8 @@ import pkgutil
 import subprocess
 import sys
 
+import pytest
+
 import fastmt
 from conftest import REPO
 
@@ -78,6 +80,14 @@ def test_a_shipped_config_is_named_without_its_path(tmp_path):
   assert configs.resolve_config_flag(['x', '--config', 'tiny'])[2] == configs.path('tiny')
   assert configs.resolve_config_flag(['x', '--config=my/own.py'])[1] == '--config=my/own.py'
   assert configs.resolve_config_flag(['x', '--config=interleaved:ib_sa'])[1] == f'--config={configs.path("interleaved")}:ib_sa'
+  from fastmt.configs import quickstart, teacher  # pylint: disable=g-import-not-at-top
+  students = teacher.get_config('students')  # the CPU teacher: the students' shape, regularised, trained longer
+  shape = quickstart.get_config().model.to_dict()
+  assert students.model.to_dict() == shape | {'dropout_rate': 0.1}
+  assert students.model.dropout_rate == 0.1 and students.num_train_steps == 4 * quickstart.get_config().num_train_steps
+  assert teacher.get_config().model.emb_dim == 384
+  with pytest.raises(ValueError, match='Unknown argument'):
+    teacher.get_config('big')
 
 
 def test_an_unknown_objective_or_config_key_is_one_line(tmp_path):
