@@ -8,6 +8,12 @@
 #   AT=runs/quickstart KD=runs/ib/kd_en_de STEPS=800 bash benchmarks/spec.sh   # reuse a teacher's distillation
 #   STAGES=eval bash benchmarks/spec.sh                                          # resume: train.py resumes too
 #   KD_BEAM=1 KD=runs/spec_self/greedy_en_de RUNS=runs/spec_self bash benchmarks/spec.sh   # self-distillation
+#   KD_BEAM=1 KD=runs/spec_self/greedy_en_de STAGES="distill model" bash benchmarks/spec.sh   # a drafter model
+#
+# Stage `model`: a separate drafter (configs/drafter.py: width 128, E2 D1, the selfdraft objective with blocks
+# of DRAFTER_W) trained from scratch on KD for DRAFTER_STEPS (default 2,400), averaged over its last
+# 5 checkpoints, then AT itself (untouched) decoded with DRAFTER_METHODS, its drafts verified: identical to
+# AT's greedy output, the drafter's encoder and calls counted in every timing.
 #
 # Environment: RUNS (default runs/spec), AT (the model to fine-tune; it is also the baseline), KD (distilled
 # targets; default RUNS/kd_en_de, distilled by AT with beam KD_BEAM if missing: default 4; 1 = AT's own greedy
@@ -25,7 +31,10 @@ STEPS=${STEPS:-0}
 TOKENS=${TOKENS:-0}
 EXTRA=${EXTRA:-}
 BENCH_FLAGS=${BENCH_FLAGS:-}
-STAGES=${STAGES:-distill drafters eval}
+STAGES=${STAGES:-distill drafters eval model}
+DRAFTER_W=${DRAFTER_W:-3}
+DRAFTER_STEPS=${DRAFTER_STEPS:-2400}
+DRAFTER_METHODS=${DRAFTER_METHODS:-greedy,spec:2+model,spec:3+model,spec:4+model,spec:2+ngram}
 METHODS=${METHODS:-greedy,pgj:3+bigram,spec:2,spec:3,spec:4,spec:4+bigram,spec:2+ngram}
 mkdir -p "$RUNS"
 
@@ -63,4 +72,20 @@ if has_stage eval; then
     $PY -m fastmt.bench --workdir "$RUNS/selfdraft_w${width}_avg5" --split test --methods "$METHODS" \
       --batch_size 32 --nofloor --output_dir "$RUNS/eval_w$width" $BENCH_FLAGS
   done
+fi
+
+if has_stage model; then
+  name=drafter_w$DRAFTER_W
+  if [[ ! -d $RUNS/${name}_avg5 ]]; then
+    start=$(date +%s)
+    # shellcheck disable=SC2046
+    $PY train.py --config "configs/selfdraft.py:w$DRAFTER_W,drafter" --workdir "$RUNS/$name" \
+      --config.dataset.distilled_dir="$KD" --config.dataset.p_raw=0.0 $(training_flags "$DRAFTER_STEPS")
+    echo "$name: $(( $(date +%s) - start )) s of training" | tee -a "$RUNS/training_seconds.txt"
+    $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
+    mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
+  fi
+  # shellcheck disable=SC2086
+  $PY -m fastmt.bench --workdir "$AT" --split test --methods "$DRAFTER_METHODS" --drafter_workdir "$RUNS/${name}_avg5" \
+    --batch_size 32 --nofloor --output_dir "$RUNS/eval_$name" $BENCH_FLAGS
 fi

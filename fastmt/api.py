@@ -5,6 +5,7 @@
     model.translate(['In the beginning God created the heavens and the earth.'])        # greedy
     model.translate(sentences, algorithm='pgj', block_size=3)                           # == greedy, exact
     model.translate(sentences, algorithm='beam', beam_size=4, batch_size=64)
+    model.translate(sentences, algorithm='spec', drafter='model', draft_model='runs/drafter')  # == greedy
     for line in model.translate_iter(open('big.en'), algorithm='hgj'):                  # streamed, in order
         ...
 
@@ -22,7 +23,7 @@ from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
 _SETTING_NAMES = {f.name for f in dataclasses.fields(DecodeSettings)} - {'algorithm', 'interleaving', 'hrt_symbols',
-                                                                       'draft_mask_id'}
+                                                                       'draft_mask_id', 'draft_model_config'}
 
 
 class TranslationModel:
@@ -39,16 +40,20 @@ class TranslationModel:
     self.objective_options = dict(objective_options or {})
     self._translators = {}
     self._clusters = {}
+    self._draft_models = {}
 
-  def translator(self, algorithm: str = 'greedy', clusters: str | None = None, **settings) -> Translator:
+  def translator(self, algorithm: str = 'greedy', clusters: str | None = None, draft_model=None,
+                 **settings) -> Translator:
     """The Translator for these settings (DecodeSettings fields: beam_size, alpha, block_size,
-    parallel_length, jacobi_init, output_length_ratio); clusters: a clusters directory (fastmt-clusters)
-    for the clustered output projection."""
+    parallel_length, jacobi_init, output_length_ratio, drafter ...); clusters: a clusters directory
+    (fastmt-clusters) for the clustered output projection; draft_model: for algorithm='spec',
+    drafter='model', the drafter (a TranslationModel, or its work directory, loaded in this model's dtype)."""
     unknown = sorted(set(settings) - _SETTING_NAMES)
     if unknown:
       raise FastmtError(f'Unknown decoding settings {unknown}; known: {sorted(_SETTING_NAMES)}')
     decode_settings = DecodeSettings(algorithm, **settings)
-    key = (decode_settings, clusters)
+    draft_model = self._load_draft_model(draft_model)
+    key = (decode_settings, clusters, draft_model)  # the key holds the drafter: its identity stays unique
     if key not in self._translators:
       draft_table = None
       if registry.needs_draft_table(decode_settings) and self.workdir is None:
@@ -58,8 +63,15 @@ class TranslationModel:
         draft_table = decode_lib.load_draft_table(self.workdir)
       self._translators[key] = Translator(self.config, self.params, self.tokenizer, decode_settings,
                                           self._load_clusters(clusters), draft_table, self.objective,
-                                          objective_options=self.objective_options)
+                                          objective_options=self.objective_options, draft_model=draft_model)
     return self._translators[key]
+
+  def _load_draft_model(self, draft_model):
+    if not isinstance(draft_model, str):
+      return draft_model
+    if draft_model not in self._draft_models:
+      self._draft_models[draft_model] = load(draft_model, dtype=self.dtype)
+    return self._draft_models[draft_model]
 
   def _load_clusters(self, directory):
     if directory is None:
@@ -70,19 +82,19 @@ class TranslationModel:
     return self._clusters[directory]
 
   def translate(self, texts: str | Sequence[str], algorithm: str = 'greedy', batch_size: int = 32,
-                clusters: str | None = None, **settings) -> str | list[str]:
+                clusters: str | None = None, draft_model=None, **settings) -> str | list[str]:
     """Translations in input order (one string for one string). A blank line gives an empty string."""
     single = isinstance(texts, str)
-    translator = self.translator(algorithm, clusters, **settings)
+    translator = self.translator(algorithm, clusters, draft_model, **settings)
     hypotheses, _ = translator.translate([texts] if single else list(texts), batch_size)
     return hypotheses[0] if single else hypotheses
 
   def translate_iter(self, lines: Iterable[str], algorithm: str = 'greedy', batch_size: int = 32,
-                     stats: TranslationStats | None = None, clusters: str | None = None,
+                     stats: TranslationStats | None = None, clusters: str | None = None, draft_model=None,
                      **settings) -> Iterator[str]:
     """Streams translations of any iterable of lines (a file object too; trailing newlines are dropped),
     in input order, a chunk at a time: memory stays bounded however long the input is."""
-    translator = self.translator(algorithm, clusters, **settings)
+    translator = self.translator(algorithm, clusters, draft_model, **settings)
     return translator.translate_iter((line.rstrip('\r\n') for line in lines), batch_size, stats)
 
   def __repr__(self):

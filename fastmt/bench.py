@@ -22,7 +22,7 @@ import numpy as np
 import sacrebleu
 
 from fastmt.data import corpus
-from fastmt import cli, decode_lib, precision, roofline, workdir as workdir_lib
+from fastmt import api, cli, decode_lib, precision, roofline, workdir as workdir_lib
 from fastmt.decoding import registry
 from fastmt.translate import DecodeSettings, Translator
 from fastmt.errors import FastmtError
@@ -34,7 +34,8 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K) |
   'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT) | 'spec:W'
   (speculative, window W, the model's own drafts), then optionally '+bigram' (Jacobi draft guesses; spec: the
-  bigram drafter), '+ngram' (spec: prompt-lookup drafts), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove
+  bigram drafter), '+ngram' (spec: prompt-lookup drafts), '+model' (spec: a separate drafter model,
+  --drafter_workdir), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove
   repeated n-grams up to N) and '@bf16' (half precision), '@int8' or '@int8_layers' (8-bit, fastmt.quantize),
   '@bf16_int8' or '@bf16_int8_layers' (both) -> (label, settings, dtype)."""
   label = spec
@@ -91,12 +92,13 @@ class MethodResult:
   compile_s: float = 0.0
 
 
-def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'):
+def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest', drafter_workdir=None):
   """(translators by label, model_config, checkpoint step) for a workdir's checkpoint (latest, best, a step).
 
   Methods whose algorithm cannot decode the workdir's objective are left out (greedy for an interleaved
   model, ib for an AT one, spec's own drafts for a model not trained to draft), so one method list serves a comparison of AT and interleaved models; a workdir
-  that none of them can decode is an error.
+  that none of them can decode is an error. drafter_workdir: the drafter of spec:W+model methods (a selfdraft
+  model with the workdir's vocabulary), in each method's precision.
   """
   model_config = workdir_lib.load_model_config(workdir)
   objective = workdir_lib.load_objective(workdir)
@@ -107,18 +109,27 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
   tokenizer = workdir_lib.load_tokenizer(workdir)
   translators = {}
+  drafter = decode_lib.load_draft_model(drafter_workdir)
   for label, settings, dtype in parsed:
     table = decode_lib.load_draft_table(workdir) if registry.uses_draft_table(settings) else None
+    draft_model = None
+    if registry.get(settings.algorithm).uses_draft_model(settings):
+      if drafter is None:
+        raise FastmtError(f'{label} needs a drafter model: --drafter_workdir')
+      draft_model = api.TranslationModel(drafter.config, drafter.params, drafter.tokenizer, drafter.objective,
+                                         drafter.workdir, drafter.step, dtype)
     translators[label] = Translator(*precision.for_inference(model_config, params, dtype), tokenizer, settings,
-                                    draft_table=table, objective=objective, objective_options=options)
+                                    draft_table=table, objective=objective, objective_options=options,
+                                    draft_model=draft_model)
   return translators, model_config, step
 
 
-def build_comparison(workdir: str, compare_workdirs, methods=DEFAULT_METHODS, checkpoint='latest'):
+def build_comparison(workdir: str, compare_workdirs, methods=DEFAULT_METHODS, checkpoint='latest',
+                     drafter_workdir=None):
   """build_translators for `workdir` and every model of `compare_workdirs`, in one dict: the other models'
   labels are 'NAME/method' (NAME = the work directory's base name), so that all of them are timed side by
   side in one process, interleaved, with `workdir`'s greedy as the baseline (the RoyalFlush table's rows)."""
-  translators, model_config, step = build_translators(workdir, methods, checkpoint)
+  translators, model_config, step = build_translators(workdir, methods, checkpoint, drafter_workdir)
   dataset = workdir_lib.load_train_config(workdir).dataset.to_dict()
   for other in compare_workdirs:
     name = os.path.basename(os.path.normpath(other))
@@ -127,7 +138,7 @@ def build_comparison(workdir: str, compare_workdirs, methods=DEFAULT_METHODS, ch
       raise FastmtError(f'{other} was trained on another dataset than {workdir}: their scores are not comparable')
     if any(label.startswith(f'{name}/') for label in translators):
       raise FastmtError(f'Two compared work directories are named {name!r}: their rows would share labels')
-    more, _, _ = build_translators(other, methods, checkpoint)
+    more, _, _ = build_translators(other, methods, checkpoint, drafter_workdir)
     translators.update({f'{name}/{label}': t for label, t in more.items()})
   return translators, model_config, step
 
@@ -228,16 +239,18 @@ def environment_facts(**extra) -> dict:
 
 def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, batch_size: int = 32,
                   speed_sentences: int = 100, large_batch_sentences: int = 256, repeats: int = 3,
-                  exactness_at_batch1: bool = True, log=print, compare_workdirs=(), checkpoint='latest'):
+                  exactness_at_batch1: bool = True, log=print, compare_workdirs=(), checkpoint='latest',
+                  drafter_workdir=None):
   """Every method of `methods` on one workdir's model (and on compare_workdirs' models, side by side);
   returns (results, environment facts, hypotheses)."""
-  translators, model_config, step = build_comparison(workdir, compare_workdirs, methods, checkpoint)
+  translators, model_config, step = build_comparison(workdir, compare_workdirs, methods, checkpoint, drafter_workdir)
   results, hypotheses, signatures = measure(translators, sources, references, batch_size, speed_sentences,
                                             large_batch_sentences, repeats, exactness_at_batch1, log=log)
   environment = environment_facts(
       workdir=workdir, checkpoint_step=step, model_config=dataclasses.asdict(model_config), sentences=len(sources),
       speed_sentences=min(speed_sentences, len(sources)), large_batch_sentences=large_batch_sentences,
-      batch_size=batch_size, repeats=repeats, compared_with=list(compare_workdirs), **signatures)
+      batch_size=batch_size, repeats=repeats, compared_with=list(compare_workdirs), drafter_workdir=drafter_workdir,
+      **signatures)
   return results, environment, hypotheses
 
 
@@ -282,7 +295,8 @@ def define_flags():
   cli.define_checkpoint_flag('The checkpoint (of --workdir and every --compare work directory)')
   flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to translate (never 40-43: not in any split).')
   flags.DEFINE_list('methods', list(DEFAULT_METHODS),
-                    'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L], spec:W (own drafts; spec:W+bigram, +pad), '
+                    'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L], spec:W (own drafts; spec:W+bigram, +ngram, '
+                    '+model, +pad), '
                     'ib, ib:K, hrt, hrt:B_AT:B_NAT; append +bigram for Jacobi draft guesses (pgj:3+bigram) and @bf16 '
                     'for half precision (greedy@bf16). See parse_method.')
   flags.DEFINE_integer('batch_size', 32, 'The large batch.')
@@ -293,6 +307,8 @@ def define_flags():
   flags.DEFINE_list('compare', [], 'Other work directories (same dataset) whose models are timed side by side '
                     'with --workdir\'s in this process; their rows are labelled NAME/method.')
   flags.DEFINE_string('direction', '', 'Multilingual datasets: only this direction\'s lines (e.g. en_fr).')
+  flags.DEFINE_string('drafter_workdir', None, 'The drafter of spec:W+model methods (a selfdraft model with the '
+                      'workdir\'s vocabulary; its latest checkpoint, in each method\'s precision).')
   flags.DEFINE_integer('limit', 0, 'Translate only the first N sentences of the split (0 = all).')
   flags.DEFINE_string('output_dir', None, 'Where to write results.json, table.md and hypotheses.')
   flags.DEFINE_bool('floor', True, 'Also measure batch-1 greedy against the bandwidth/compute floor and the '
@@ -340,7 +356,7 @@ def main(argv):
   results, environment, hypotheses = run_benchmark(
       FLAGS.workdir, sources, references, FLAGS.methods, FLAGS.batch_size, FLAGS.speed_sentences,
       FLAGS.large_batch_sentences, FLAGS.repeats, FLAGS.exactness_at_batch1, compare_workdirs=FLAGS.compare,
-      checkpoint=FLAGS.checkpoint)
+      checkpoint=FLAGS.checkpoint, drafter_workdir=FLAGS.drafter_workdir)
   table = format_table(results, FLAGS.batch_size)
   print(table)
   print(json.dumps(environment, indent=1))

@@ -24,7 +24,7 @@ from fastmt import models
 from fastmt.decoding import jacobi, registry
 from fastmt.errors import FastmtError
 from fastmt.data.tokenizer import EOS_ID, PAD_ID
-from fastmt.translate import DecodeSettings, TranslationStats, Translator, make_step_fn, output_cap
+from fastmt.translate import DecodeSettings, TranslationStats, Translator, draft_model_for, make_step_fn, output_cap
 
 
 @dataclasses.dataclass
@@ -70,11 +70,17 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
     mask_id = settings.draft_mask_id if settings.draft_mask_id is not None else translator.settings.draft_mask_id
     if mask_id is None:
       raise FastmtError("--drafter self needs a Translator for a selfdraft model (it resolves the <mask> id)")
+  draft_settings = None  # --drafter model: the translator's settings carry the drafter's shape and <mask> id
+  if settings.algorithm == 'spec' and settings.drafter == 'model':
+    if translator.drafter is None:
+      raise FastmtError('--drafter model needs a Translator with a drafter model (draft_model=)')
+    draft_settings = translator.settings
   # The translator's own projection (E^T for multi-position calls), so the trace is of the same computation.
   result, trace = _traced_decode(translator.params, jnp.asarray(src), jnp.asarray(row_caps), draft_table,
-                                 translator.output_projection, config=config, max_len=max_len, block=block,
-                                 parallel=parallel, mask_id=mask_id,
-                                 lookup=settings.algorithm == 'spec' and settings.drafter == 'ngram')
+                                 translator.output_projection, translator.drafter if draft_settings else None,
+                                 config=config, max_len=max_len, block=block, parallel=parallel, mask_id=mask_id,
+                                 lookup=settings.algorithm == 'spec' and settings.drafter == 'ngram',
+                                 draft_settings=draft_settings)
   tokens = np.asarray(result.tokens[0])
   eos = np.flatnonzero(tokens == EOS_ID)
   length = int(eos[0]) + 1 if len(eos) else int(row_caps[0])  # no EOS: the output ran to its own cap
@@ -92,9 +98,10 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
                         f' init={settings.jacobi_init}'))
 
 
-@functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel', 'mask_id', 'lookup'))
-def _traced_decode(params, source, row_caps, draft_table, output_projection, *, config, max_len, block, parallel,
-                   mask_id, lookup=False):
+@functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel', 'mask_id', 'lookup',
+                                             'draft_settings'))
+def _traced_decode(params, source, row_caps, draft_table, output_projection, drafter=None, *, config, max_len, block,
+                   parallel, mask_id, lookup=False, draft_settings=None):
   model = models.Transformer(config)
   encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
   memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
@@ -104,7 +111,9 @@ def _traced_decode(params, source, row_caps, draft_table, output_projection, *, 
   return jacobi.jacobi_decode(step_fn, cache, source.shape[0], max_len, block,
                               parallel_length=parallel, initializer=initializer, return_trace=True,
                               row_caps=row_caps, mask_id=mask_id,
-                              drafter=jacobi.ngram_drafter(source) if lookup else None)  # --drafter ngram
+                              drafter=jacobi.ngram_drafter(source) if lookup else None,  # --drafter ngram
+                              draft_model=None if draft_settings is None else draft_model_for(
+                                  drafter, source, source.shape[0], max_len, draft_settings))  # --drafter model
 
 
 def _cells(trace: SentenceTrace):

@@ -111,11 +111,13 @@ def load_draft_table(workdir: str) -> np.ndarray:
 
 
 def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | None = None,
-                    dtype: str = 'float32', checkpoint='latest') -> Translator:
+                    dtype: str = 'float32', checkpoint='latest', drafter_workdir: str | None = None) -> Translator:
   """A workdir's checkpoint ('latest', 'best' or a step) as a Translator; clusters_dir selects the clustered
   output projection (a direction without clusters falls back to the dense projection with a warning); dtype
   'bfloat16' decodes in half precision, 'int8' / 'int8_layers' in 8 bits, 'bfloat16_int8[_layers]' both
-  (fastmt.precision.DTYPES); settings.jacobi_init='bigram' loads the draft table. An algorithm that cannot decode the workdir's objective is an error before the weights load."""
+  (fastmt.precision.DTYPES); settings.jacobi_init='bigram' loads the draft table; drafter_workdir is the
+  separate drafter of --drafter model (its latest checkpoint, in the same dtype). An algorithm that cannot
+  decode the workdir's objective is an error before the weights load."""
   model_config = workdir_lib.load_model_config(workdir)
   objective = workdir_lib.load_objective(workdir)
   registry.check_objective(settings.algorithm, objective)
@@ -132,7 +134,16 @@ def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | 
   model_config, params = precision.for_inference(model_config, params, dtype)
   draft_table = load_draft_table(workdir) if registry.uses_draft_table(settings) else None
   return Translator(model_config, params, tokenizer, settings, clusters, draft_table, objective,
-                    objective_options=workdir_lib.load_objective_options(workdir))
+                    objective_options=workdir_lib.load_objective_options(workdir),
+                    draft_model=load_draft_model(drafter_workdir, dtype))
+
+
+def load_draft_model(drafter_workdir: str | None, dtype: str = 'float32'):
+  """The separate drafter of --drafter model (a fastmt.TranslationModel), or None without a work directory."""
+  if not drafter_workdir:
+    return None
+  from fastmt import api  # pylint: disable=g-import-not-at-top
+  return api.load(drafter_workdir, dtype=dtype)
 
 
 def translate_stream(translator: Translator, lines, write, batch_size: int = 32, total: int | None = None,

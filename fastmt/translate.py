@@ -36,7 +36,7 @@ from fastmt.objectives import hrt as hrt_objective
 from fastmt.objectives import selfdraft
 from fastmt.config import ModelConfig
 from fastmt.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
-from fastmt.decoding import registry
+from fastmt.decoding import draft_model as draft_model_lib, registry
 from fastmt.decoding.greedy import DecodeOutput
 from fastmt.decoding.interleaving import Interleaving
 from fastmt.errors import FastmtError
@@ -60,8 +60,9 @@ class DecodeSettings:
   chunk_size: int = 0  # --algorithm hrt: k; 0 = the model's (the only one it was trained for)
   nat_beam_size: int = 1  # --algorithm hrt: Skip-AT hypotheses that stage II fills (b_nat <= b_at = beam_size)
   hrt_symbols: tuple[int, int] | None = None  # (<mask>, <bos_k>) ids: resolved by Translator, never by hand
-  drafter: str = 'self'  # --algorithm spec: 'self' (the model's <mask> slots), 'ngram', 'bigram' or 'pad'
-  draft_mask_id: int | None = None  # --drafter self: the <mask> id, resolved by Translator, never by hand
+  drafter: str = 'self'  # --algorithm spec: 'self' (the model's <mask> slots), 'ngram', 'model', 'bigram' or 'pad'
+  draft_mask_id: int | None = None  # --drafter self / model: the <mask> id, resolved by Translator, never by hand
+  draft_model_config: ModelConfig | None = None  # --drafter model: the drafter's shape, set by Translator
 
   def __post_init__(self):
     if self.beam_size is None:
@@ -132,14 +133,16 @@ def output_cap(config: ModelConfig, source_length: int, settings: DecodeSettings
   return min(config.max_length, int(math.ceil(settings.output_length_ratio * source_length)) + 8)
 
 
-def decode_source_batch(params, source, row_caps, clusters=None, draft_table=None, output_projection=None, *,
-                        config: ModelConfig, settings: DecodeSettings) -> DecodeOutput:
+def decode_source_batch(params, source, row_caps, clusters=None, draft_table=None, output_projection=None,
+                        drafter=None, *, config: ModelConfig, settings: DecodeSettings) -> DecodeOutput:
   """Encodes source [B, S] and decodes it with settings.algorithm. Jit with config/settings static.
 
   row_caps: int32 [B], each row's output cap (output_cap of its own source length; 0 = a padding row).
   clusters: optional projection.Clusters (the clustered output projection); None = dense.
   draft_table: int32 [V] next-token guesses for settings.jacobi_init='bigram' (decoding/drafts.py).
   output_projection: optional float32 [E, V] (make_step_fn).
+  drafter: --drafter model: {'params', 'output_projection'} of the drafter (settings.draft_model_config's
+    shape); it encodes the source itself (it shares nothing with the model but the vocabulary).
   """
   model = models.Transformer(config)
   batch = source.shape[0]
@@ -151,8 +154,41 @@ def decode_source_batch(params, source, row_caps, clusters=None, draft_table=Non
   memory = algorithm.expand(memory, settings)
   cache = models.init_cache(config, rows, algorithm.cache_length(max_len, settings))
   extra = {'source': source} if algorithm.uses_source(settings) else {}
+  if algorithm.uses_draft_model(settings):
+    extra['draft_model'] = draft_model_for(drafter, source, batch, max_len, settings)
   return algorithm.run(make_step_fn(model, params, memory, clusters, output_projection), cache, batch, max_len,
                        settings, draft_table, row_caps, **extra)
+
+
+def draft_model_for(drafter, source, batch: int, max_len: int,
+                    settings: DecodeSettings) -> draft_model_lib.DraftModel:
+  """The separate drafter of --drafter model: its own encoding of the source, its step function, its cache."""
+  config = settings.draft_model_config
+  model = models.Transformer(config)
+  variables = {'params': drafter['params']}
+  memory = model.apply(variables, model.apply(variables, source, method=models.Transformer.encode), source,
+                       method=models.Transformer.memory)
+  width = min(settings.block_size, max_len)
+  cache = models.init_cache(config, batch, draft_model_lib.cache_slots(max_len, width))
+  return draft_model_lib.DraftModel(make_step_fn(model, drafter['params'], memory, None, drafter['output_projection']),
+                                    cache, settings.draft_mask_id)
+
+
+def check_draft_model(draft_model, tokenizer: Tokenizer) -> None:
+  """A drafter for --drafter model: trained with the selfdraft objective (its <mask> slots draft), with the
+  model's vocabulary piece for piece (drafts are token ids of the model's vocabulary). Else a clear error."""
+  if draft_model.objective != 'selfdraft':
+    raise FastmtError(f'--drafter model needs a drafter trained with the selfdraft objective (configs/selfdraft.py); '
+                      f'this one was trained with {draft_model.objective!r}')
+  theirs, ours = draft_model.tokenizer, tokenizer
+  if theirs.vocab_size != ours.vocab_size or draft_model.config.vocab_size != ours.vocab_size:
+    raise FastmtError(f'the drafter has a {theirs.vocab_size}-piece vocabulary, the model {ours.vocab_size}: a drafter '
+                      'shares the model\'s vocabulary (train it on the model\'s distillation, which carries it)')
+  ids = list(range(ours.vocab_size))
+  differ = [i for i, (a, b) in enumerate(zip(theirs.pieces(ids), ours.pieces(ids))) if a != b]
+  if differ:
+    raise FastmtError(f'the drafter\'s vocabulary differs from the model\'s in {len(differ)} pieces (the first at id '
+                      f'{differ[0]}): a drafter shares the model\'s vocabulary')
 
 
 def batch_rows(sentences: int, batch_size: int, devices: int = 1) -> int:
@@ -183,6 +219,8 @@ class Translator:
     embedding transposed once (E^T laid out as [E, V], one more copy of the embedding in memory) instead of
     reading E through a transpose at every step; the same logits (make_step_fn; benchmarks/cpu_variants.py
     measures what it saves). Ignored with clusters.
+  draft_model: --algorithm spec --drafter model: the separate drafter, any object with config, params,
+    tokenizer and objective (a fastmt.TranslationModel of a selfdraft model with this model's vocabulary).
   compiler_options: XLA options for compiling the decoder, e.g. {'xla_cpu_experimental_ynn_fusion_type':
     'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'} (XLA:CPU hands each matmul to YNNPACK on its own instead of fusing
     a whole layer stack into one YNNPACK graph; benchmarks/cpu_variants.py compares them side by side).
@@ -190,7 +228,7 @@ class Translator:
 
   def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings(),
                clusters=None, draft_table=None, objective: str = 'at', mesh=None, objective_options=None,
-               transposed_output: bool = True, compiler_options: dict | None = None):
+               transposed_output: bool = True, compiler_options: dict | None = None, draft_model=None):
     if tokenizer.vocab_size != config.vocab_size:
       raise FastmtError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
     if clusters is not None and clusters.vocab_size != config.vocab_size:
@@ -213,6 +251,16 @@ class Translator:
     registry.check_drafter(settings, objective)
     if settings.algorithm == 'spec' and settings.drafter == 'self':
       settings = dataclasses.replace(settings, draft_mask_id=selfdraft.mask_id_of(tokenizer))
+    uses_draft_model = registry.get(settings.algorithm).uses_draft_model(settings)
+    if uses_draft_model:
+      if draft_model is None:
+        raise FastmtError('--drafter model needs a drafter model (decode.py --drafter_workdir; draft_model= in '
+                          'fastmt)')
+      check_draft_model(draft_model, tokenizer)
+      settings = dataclasses.replace(settings, draft_mask_id=selfdraft.mask_id_of(tokenizer),
+                                     draft_model_config=draft_model.config)
+    elif draft_model is not None:
+      raise FastmtError('a drafter model drafts for --algorithm spec --drafter model only')
     self.config, self.tokenizer, self.settings, self.objective = config, tokenizer, settings, objective
     if registry.needs_draft_table(settings) and draft_table is None:
       raise FastmtError(f"{'--drafter bigram' if settings.algorithm == 'spec' else 'jacobi_init=bigram'} needs a "
@@ -230,6 +278,10 @@ class Translator:
     self.output_projection = None
     if transposed_output and clusters is None:
       self.output_projection = jax.device_put(transposed_output_layout(params), replicated)
+    self.drafter = None
+    if uses_draft_model:  # the drafter's projection is over its W mask slots: the transposed layout's case
+      self.drafter = jax.device_put({'params': draft_model.params,
+                                     'output_projection': transposed_output_layout(draft_model.params)}, replicated)
     self._decode = jax.jit(functools.partial(decode_source_batch, config=config, settings=settings))
     self._compiled = {}  # (rows, bucket) -> compiled executable
     self.compiler_options = dict(compiler_options or {})
@@ -278,7 +330,7 @@ class Translator:
       start = time.perf_counter()
       spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self.rows_sharding)
       self._compiled[key] = self._decode.lower(self.params, spec((rows, bucket)), spec((rows,)), self.clusters,
-                                               self.draft_table, self.output_projection).compile(
+                                               self.draft_table, self.output_projection, self.drafter).compile(
                                                    self.compiler_options or None)
       if stats is not None:
         stats.compile_seconds += time.perf_counter() - start
@@ -293,7 +345,7 @@ class Translator:
     executable = self._executable(*source.shape, stats)
     put = lambda x: jax.device_put(np.asarray(x, np.int32), self.rows_sharding)
     return jax.block_until_ready(executable(self.params, put(source), put(row_caps), self.clusters,
-                                            self.draft_table, self.output_projection))
+                                            self.draft_table, self.output_projection, self.drafter))
 
   def _decode_chunk(self, texts, batch_size: int, stats: TranslationStats, first_line: int) -> Iterator[dict]:
     """Decodes a chunk of lines; after every batch yields {index in chunk: output ids} of what finished."""

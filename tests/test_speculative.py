@@ -356,3 +356,20 @@ def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir,
   assert without_workdir.translate(texts, algorithm='spec', drafter='ngram') == at_model.translate(texts)
   ngram_translator = at_model.translator('spec', block_size=3, drafter='ngram')
   assert 'drafter=ngram' in ddgviz.trace_sentence(ngram_translator, texts[0], ngram_translator.settings).method
+  # The fine-tuned model shares the AT model's vocabulary: it drafts for it as a separate drafter model.
+  assert at_model.translate(texts, algorithm='spec', drafter='model', draft_model=workdir) == at_model.translate(texts)
+  assert at_model.translate(texts, algorithm='spec', block_size=2, drafter='model',
+                            draft_model=fastmt.load(workdir)) == at_model.translate(texts)
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
+  cli_translator = decode_lib.load_translator(trained_workdir, DecodeSettings('spec', block_size=3, drafter='model'),
+                                              drafter_workdir=workdir)
+  assert cli_translator.translate(texts)[0] == at_model.translate(texts)
+  trace = ddgviz.trace_sentence(cli_translator, texts[0], cli_translator.settings)
+  assert 'drafter=model' in trace.method and trace.accepted.sum() == len(trace.final)
+  with pytest.raises(FastmtError, match='needs a drafter model'):
+    at_model.translate(texts, algorithm='spec', drafter='model')
+  with pytest.raises(FastmtError, match='selfdraft objective'):
+    at_model.translate(texts, algorithm='spec', drafter='model', draft_model=trained_workdir)
+  with pytest.raises(FastmtError, match='--drafter model only'):
+    at_model.translate(texts, algorithm='spec', drafter='ngram', draft_model=workdir)

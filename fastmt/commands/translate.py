@@ -43,9 +43,12 @@ def define_flags():
                        '(the interleaved paper\'s optional deduplication; 0 = off).')
   flags.DEFINE_integer('block_size', 3, 'Window width: Jacobi block size b (pgj, hgj); W of --algorithm spec.')
   flags.DEFINE_enum('drafter', 'self', list(registry.DRAFTERS), '--algorithm spec: who guesses the next window: '
-                    'self (the model\'s own <mask> slots, in the verifying call; a selfdraft model), ngram (what '
+                    'self (the model\'s own <mask> slots, in the verifying call; a selfdraft model), model (a '
+                    'separate small selfdraft model with the same vocabulary: --drafter_workdir), ngram (what '
                     'followed the last two tokens earlier in the output or the source; any model), bigram or pad. '
                     'The output equals greedy\'s whatever the drafter.')
+  flags.DEFINE_string('drafter_workdir', None, '--drafter model: the drafter\'s work directory (a selfdraft model '
+                      'sharing this model\'s vocabulary, e.g. configs/selfdraft.py:w4,drafter).')
   flags.DEFINE_integer('parallel_length', 0, 'HGJ parallel length l (0 = the output cap).')
   flags.DEFINE_enum('jacobi_init', 'pad', ['pad', 'bigram'], 'Jacobi guesses for new positions: pad (the '
                     'paper\'s) or bigram (the most frequent successor in the training targets; exact either way).')
@@ -91,7 +94,8 @@ def main(argv):
   clusters_dir = None
   if FLAGS.projection == 'clustered':
     clusters_dir = FLAGS.clusters or os.path.join(FLAGS.workdir, 'clusters', FLAGS.direction)
-  translator = decode_lib.load_translator(FLAGS.workdir, settings, clusters_dir, FLAGS.dtype, FLAGS.checkpoint)
+  translator = decode_lib.load_translator(FLAGS.workdir, settings, clusters_dir, FLAGS.dtype, FLAGS.checkpoint,
+                                          FLAGS.drafter_workdir)
   report = decode_lib.translate_file(translator, FLAGS.input, FLAGS.output, FLAGS.reference, FLAGS.batch_size,
                                      FLAGS.speed_sentences, FLAGS.input_errors,
                                      FLAGS.direction if FLAGS.tag_inputs else None, FLAGS.progress)
@@ -99,7 +103,7 @@ def main(argv):
   if FLAGS.metrics_json:
     decode_lib.write_metrics_json(FLAGS.metrics_json, report,
                                   {'settings': dataclasses.asdict(settings), 'dtype': FLAGS.dtype,
-                                   'checkpoint': FLAGS.checkpoint})
+                                   'checkpoint': FLAGS.checkpoint, 'drafter_workdir': FLAGS.drafter_workdir})
   if FLAGS.ddgviz:
     from fastmt import ddgviz  # pylint: disable=g-import-not-at-top
     sources = list(itertools.islice(decode_lib.iter_lines(FLAGS.input, FLAGS.input_errors), FLAGS.ddgviz_sentences))

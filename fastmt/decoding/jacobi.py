@@ -29,7 +29,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from fastmt.decoding import drafts
+from fastmt.decoding import draft_model as draft_model_lib, drafts
 from fastmt.decoding.greedy import DecodeOutput, row_limits
 from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, best_tokens, causal_window_mask
 
@@ -92,6 +92,7 @@ class JacobiState:
   cache: Any
   trace: JacobiTrace | None
   guess_is_draft: jax.Array  # bool [B]: `guess` is a self-draft (mask_id): draft after the window next
+  draft_cache: Any = None  # a separate drafter model's cache (draft_model), else None
 
 
 def commit(guess: jax.Array, predictions: jax.Array, committed: jax.Array, caps: jax.Array, done: jax.Array):
@@ -126,7 +127,8 @@ def draft_window_mask(write_offsets: jax.Array, context: jax.Array, width: int, 
 
 def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, parallel_limit: int,
                  initializer: Initializer, caps: jax.Array, mask_id: int | None = None,
-                 drafter: PrefixDrafter | None = None) -> JacobiState:
+                 drafter: PrefixDrafter | None = None,
+                 draft_model: draft_model_lib.DraftModel | None = None) -> JacobiState:
   """Runs iterations with window `width` while some row is unfinished and below `parallel_limit`.
 
   mask_id (self-drafting; a model trained with the selfdraft objective): each call also carries W <mask>
@@ -137,8 +139,9 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     draft (the first call, or the window was not accepted whole): whatever the call accepts, the next
     guesses are this draft from the accepted point on (its first slots are the outputs just committed).
   Otherwise the next guesses are Jacobi's (the unverified predictions, shifted), or the prefix drafter's
-  where it finds something. Drafts are guesses like any other: the commit rule keeps the output exact
-  whatever they say.
+  where it finds something, or a separate drafter model's (draft_model: one call of its own after every
+  commit, fastmt/decoding/draft_model.py). Drafts are guesses like any other: the commit rule keeps the
+  output exact whatever they say.
   """
   cache_length = jax.tree_util.tree_leaves(state.cache)[0].shape[1]
   guesses_after = initializer(width)  # built here, once: the loop body only indexes into it
@@ -196,6 +199,9 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
       # tokens[1 .. committed] are final: the drafter continues them (it reads nothing past `committed`).
       drafted, found = drafter(tokens, committed, width)
       guess = jnp.where(found[:, None], drafted, guess)
+    draft_cache = s.draft_cache
+    if draft_model is not None and width > 1:
+      guess, draft_cache = draft_model_lib.draft(draft_model, draft_cache, tokens, n, accepted, width)
     guess = jnp.where(s.done[:, None], s.guess, guess)
 
     trace = s.trace
@@ -209,7 +215,7 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
           trace.probabilities.at[s.iteration].set(pad(probs)),
           trace.accepted.at[s.iteration].set(accepted))
     return JacobiState(s.iteration + 1, tokens, committed, guess, done, s.calls + (~s.done).astype(jnp.int32),
-                       cache, trace, guess_is_draft)
+                       cache, trace, guess_is_draft, draft_cache)
 
   return jax.lax.while_loop(not_finished, advance, state)
 
@@ -217,7 +223,7 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
 def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_length: int, block_size: int,
                   parallel_length: int | None = None, initializer: Initializer = pad_initializer,
                   return_trace: bool = False, row_caps: jax.Array | None = None, mask_id: int | None = None,
-                  drafter: PrefixDrafter | None = None):
+                  drafter: PrefixDrafter | None = None, draft_model: draft_model_lib.DraftModel | None = None):
   """Hybrid GS-Jacobi decoding; PJ and PGJ are its special cases (see module docstring).
 
   Args:
@@ -237,14 +243,17 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
       cache then needs max_length + 2 * block_size slots.
     drafter: a PrefixDrafter (e.g. ngram_drafter): after every commit, its drafts of the next window replace
       Jacobi's guesses where it finds any. Not with mask_id.
+    draft_model: a separate drafter model (fastmt/decoding/draft_model.py) whose drafts are the guesses of
+      every window, the first included; its cache needs draft_model.cache_slots(max_length, block_size)
+      slots. Not with mask_id or drafter.
   Returns:
     DecodeOutput (and the JacobiTrace when return_trace): tokens equal to greedy_search's, decoder_calls
     per row <= its greedy length.
   """
   if block_size < 1:
     raise ValueError(f'block_size must be >= 1, got {block_size}')
-  if drafter is not None and mask_id is not None:
-    raise ValueError('give a prefix drafter or self-drafting (mask_id), not both')
+  if sum(x is not None for x in (drafter, mask_id, draft_model)) > 1:
+    raise ValueError('give one of a prefix drafter, self-drafting (mask_id) and a drafter model, not several')
   block_size = min(block_size, max_length)
   parallel_length = max_length if parallel_length is None else parallel_length
   if not 0 < parallel_length <= max_length:
@@ -265,8 +274,19 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
   zeros = jnp.zeros((batch_size,), jnp.int32)
   caps = row_limits(batch_size, max_length, row_caps)
   first_guesses = initializer(block_size)(jnp.full((batch_size,), BOS_ID, jnp.int32))
-  state = JacobiState(jnp.int32(0), tokens, zeros, first_guesses, caps <= 0, zeros, cache, trace, zeros > 0)
-  state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer, caps, mask_id, drafter)
+  draft_cache = None
+  if draft_model is not None:
+    draft_slots = jax.tree_util.tree_leaves(draft_model.cache)[0].shape[1]
+    if draft_slots < draft_model_lib.cache_slots(max_length, block_size):
+      raise ValueError(f'the drafter\'s cache has {draft_slots} slots; it needs max_length + 2 * block_size + 1 = '
+                       f'{draft_model_lib.cache_slots(max_length, block_size)}')
+    if block_size > 1:  # the drafter's first call: BOS alone, drafts of outputs 0 .. W - 1
+      first_guesses, draft_cache = draft_model_lib.draft(draft_model, draft_model.cache, tokens, zeros, zeros,
+                                                         block_size)
+  state = JacobiState(jnp.int32(0), tokens, zeros, first_guesses, caps <= 0, zeros, cache, trace, zeros > 0,
+                      draft_cache)
+  state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer, caps, mask_id, drafter,
+                       draft_model)
   if parallel_length < max_length:
     state = _jacobi_loop(step_fn, state, 1, max_length, max_length, initializer, caps)
   outputs = state.tokens[:, 1:max_length + 1]

@@ -26,6 +26,8 @@ class Algorithm:
   objectives: tuple[str, ...] = ('at', 'hrt', 'selfdraft')
   default_beam_size: int = 1  # beam size when the caller gives none
   uses_source: Callable[[Any], bool] = lambda settings: False
+  # With it, run also takes draft_model= a decoding.draft_model.DraftModel (a separate drafter's step and cache).
+  uses_draft_model: Callable[[Any], bool] = lambda settings: False
 
 
 def _check_beam(settings):
@@ -98,9 +100,10 @@ _jacobi_cache = lambda width: (lambda max_len, s: max_len + min(width(s, max_len
 
 # Speculative decoding's drafters: 'self' = the model's own <mask> slots (selfdraft objective), 'ngram' =
 # prompt lookup in the row's own output and its source (drafts.lookup_drafts; where nothing matches, Jacobi's
-# own guesses, with the bigram chain if there is a table), 'bigram' and 'pad' = PGJ's guesses (a draft table;
-# PAD).
-DRAFTERS = ('self', 'ngram', 'bigram', 'pad')
+# own guesses, with the bigram chain if there is a table), 'model' = a separate small selfdraft model with the
+# same vocabulary (decoding/draft_model.py; its own encoder, decoder and cache), 'bigram' and 'pad' = PGJ's
+# guesses (a draft table; PAD).
+DRAFTERS = ('self', 'ngram', 'model', 'bigram', 'pad')
 
 
 def _check_spec(settings):
@@ -123,7 +126,9 @@ def uses_draft_table(settings) -> bool:
   return needs_draft_table(settings) or (settings.algorithm == 'spec' and settings.drafter == 'ngram')
 
 
-def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None):
+def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None, draft_model=None):
+  if s.drafter == 'model' and draft_model is None:
+    raise FastmtError('--drafter model needs a drafter model (decode.py --drafter_workdir; draft_model= in fastmt)')
   mask_id = None
   if s.drafter == 'self':
     if s.draft_mask_id is None:
@@ -135,7 +140,7 @@ def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None):
   # guesses stand (the window's unverified predictions, shifted; the initializer's for new positions).
   drafter = jacobi.ngram_drafter(source) if s.drafter == 'ngram' else None
   return jacobi.pgj_decode(step_fn, cache, batch, max_len, s.block_size, initializer=initializer, row_caps=caps,
-                           mask_id=mask_id, drafter=drafter)
+                           mask_id=mask_id, drafter=drafter, draft_model=draft_model)
 
 
 def _spec_cache(max_len, s):
@@ -181,7 +186,7 @@ ALGORITHMS = {
                      check=_check_jacobi),
     # Exact speculative decoding: the drafter's guesses verified by Jacobi's commit rule (= greedy's output).
     'spec': Algorithm(run=_spec, cache_length=_spec_cache, check=_check_spec,
-                      uses_source=lambda s: s.drafter == 'ngram'),
+                      uses_source=lambda s: s.drafter == 'ngram', uses_draft_model=lambda s: s.drafter == 'model'),
 }
 
 

@@ -1,0 +1,77 @@
+"""A separate drafter model for exact speculative decoding (issue [spec], `--drafter model`).
+
+The verifier is any autoregressive model, untouched; the drafter is a second, small model trained with the
+selfdraft objective (fastmt/objectives/selfdraft.py: its <mask> slots fill in the W tokens after any prefix,
+e.g. configs/selfdraft.py:w4,drafter on the verifier's own greedy outputs), sharing nothing with it but the
+vocabulary: its own encoder pass over the source, its own decoder and KV cache. Jacobi's commit rule
+verifies its drafts, so the output is the verifier's greedy output whatever the drafter proposes.
+
+One drafter call after every verification call (and one before the first), over 2W + 1 positions:
+  * inputs n .. n + W (n = the verifier's committed length before its call: tokens[n] is output n - 1, BOS
+    at 0, then the call's W predictions, of which the first `accepted` are now committed), written at slots
+    n .. n + W, causal. Only the first accepted + 1 are final; the rest are written where the next call
+    writes again before anything reads them;
+  * W <mask> slots at positions n' .. n' + W - 1 (n' = n + accepted, the outputs the next window verifies),
+    written at slots n + W + 1 .. n + 2W, seeing the slots 0 .. n' (every final input) and each other: the
+    training layout's block at cut n' exactly.
+So after a call the drafter's cache holds inputs 0 .. n' (the invariant each call relies on), and its
+output projection runs over the W mask slots only (DecoderStepFn's `project`). The drafter's cost is its
+encoder once per sentence plus one call per iteration; it is counted in every timing (the bench), not in
+`decoder_calls` (the verifier's calls, as for every decoder here).
+"""
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from fastmt.decoding.step import DecoderStepFn, best_tokens, causal_window_mask
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftModel:
+  step_fn: DecoderStepFn  # over the drafter's parameters and its own encoding of the source
+  cache: Any  # the drafter's cache: cache_slots(max_length, W) slots
+  mask_id: int  # the vocabulary's <mask> (the verifier's vocabulary too)
+
+
+def cache_slots(max_length: int, width: int) -> int:
+  """Slots the drafter's cache needs: a call at committed length n <= max_length writes n .. n + 2W."""
+  return max_length + 2 * width + 1
+
+
+def draft_call_mask(write_offsets: jax.Array, accepted: jax.Array, width: int, cache_length: int) -> jax.Array:
+  """bool [B, 2W + 1, M]: the W + 1 inputs are causal (slot n + t sees slots <= n + t); the W mask slots
+  (written at n + W + 1 .. n + 2W) see slots <= n + accepted and each other."""
+  inputs = causal_window_mask(write_offsets, width + 1, cache_length)
+  slots = jnp.arange(cache_length)[None, None, :]
+  offsets = write_offsets[:, None, None]
+  masks = (slots <= offsets + accepted[:, None, None]) | ((slots > offsets + width) & (slots <= offsets + 2 * width))
+  return jnp.concatenate([inputs, jnp.broadcast_to(masks, (write_offsets.shape[0], width, cache_length))], axis=1)
+
+
+def draft_logits(model: DraftModel, cache: Any, tokens: jax.Array, start: jax.Array, accepted: jax.Array,
+                 width: int) -> tuple[jax.Array, Any]:
+  """The drafter's logits for outputs start + accepted .. + W - 1: (float32 [B, W, V], updated cache).
+
+  tokens: int32 [B, >= max(start) + W + 1], BOS then outputs, final up to start + accepted; start: int32 [B],
+  the committed length before the verification call; accepted: int32 [B], what it committed (0 before the
+  first call). The cache must hold the inputs 0 .. start (the previous call's invariant; nothing at start 0).
+  """
+  batch = tokens.shape[0]
+  cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
+  inputs = jax.vmap(lambda row, at: jax.lax.dynamic_slice(row, (at,), (width + 1,)))(tokens, start)
+  steps = jnp.arange(width + 1)
+  positions = jnp.concatenate([start[:, None] + steps[None, :],
+                               (start + accepted)[:, None] + steps[None, :width]], axis=1)
+  call = jnp.concatenate([inputs, jnp.full((batch, width), model.mask_id, jnp.int32)], axis=1)
+  return model.step_fn(call, positions, draft_call_mask(start, accepted, width, cache_length), cache, start,
+                       project=jnp.arange(width + 1, 2 * width + 1))
+
+
+def draft(model: DraftModel, cache: Any, tokens: jax.Array, start: jax.Array, accepted: jax.Array,
+          width: int) -> tuple[jax.Array, Any]:
+  """draft_logits' argmax: (drafts int32 [B, W] for outputs start + accepted .., updated cache)."""
+  logits, cache = draft_logits(model, cache, tokens, start, accepted, width)
+  return best_tokens(logits), cache

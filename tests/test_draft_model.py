@@ -1,0 +1,164 @@
+"""A separate drafter model for speculative decoding (fastmt/decoding/draft_model.py): its cached call is the
+selfdraft training layout, a perfect drafter takes the fewest verification calls, and whatever it drafts
+(random weights, adversarial stubs) the output is the verifier's greedy output with never more calls."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import model_step, one_hot_logits, random_model, stub_cache, tiny_model_config
+from fastmt import models
+from fastmt.decoding import draft_model, greedy, jacobi
+from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID
+from fastmt.objectives import selfdraft
+
+A, B, C, D, E, F = 5, 6, 7, 8, 9, 10
+SEQ = [A, B, C, D, E, F, EOS_ID]  # 7 outputs
+JUNK, MASK = 11, 12
+
+
+def test_the_call_mask_is_the_rule_entry_by_entry():
+  width, slots = 2, 12
+  mask = np.asarray(draft_model.draft_call_mask(jnp.array([0, 3]), jnp.array([0, 2]), width, slots))
+  assert mask.shape == (2, 2 * width + 1, slots)
+  for b, (n, accepted) in enumerate([(0, 0), (3, 2)]):
+    for q in range(2 * width + 1):
+      for k in range(slots):
+        if q <= width:  # an input, written at slot n + q: causal
+          expected = k <= n + q
+        else:  # a mask slot, written at n + q: the final inputs 0 .. n + accepted and its own block
+          expected = k <= n + accepted or n + width < k <= n + 2 * width
+        assert mask[b, q, k] == expected, (b, q, k)
+
+
+def test_each_drafter_call_is_the_training_layout_at_the_new_cut():
+  """Calls chained as the decoder chains them (commits of 2, 0 and 3 tokens) give, at every call, the logits of
+  the selfdraft training row's block at cut n + accepted: the cache invariant holds across calls."""
+  width = 3
+  target = [A, B, C, D, E, F, EOS_ID, PAD_ID]
+  model, params = random_model(3)
+  source = jnp.array([[4, 5, 6, EOS_ID]])
+  drafter = draft_model.DraftModel(model_step(model, params, source), None, MASK)
+  cache = models.init_cache(model.config, 1, draft_model.cache_slots(8, width))
+  tokens = jnp.array([[BOS_ID] + target + [PAD_ID] * width])
+  batch = {'source': source, 'target': jnp.array([target]),
+           'decoder_input': jnp.array([[BOS_ID] + target[:-1]])}
+  layout = selfdraft.draft_batch(batch, 0, selfdraft.SelfDraftOptions(block_size=width, blocks=1), MASK)
+  T = len(target)
+  start = 0
+  for accepted in (0, 2, 0, 3):
+    logits, cache = draft_model.draft_logits(drafter, cache, tokens, jnp.array([start]), jnp.array([accepted]),
+                                             width)
+    cut = start + accepted
+    positions = layout['positions'].at[:, T:].set(jnp.arange(cut, cut + width))
+    trained = model.apply({'params': params}, source, layout['decoder_input'], positions,
+                          selfdraft.block_mask(T, jnp.array([[cut]]), width))
+    np.testing.assert_allclose(logits[0], trained[0, T:], atol=1e-4, err_msg=f'cut {cut}')
+    start = cut
+
+
+def _oracle_verifier(sequence):
+  """A stub AT model that is right only when its input is right: position p predicts sequence[p] if its input
+  is output p - 1 (BOS at 0), else JUNK."""
+  sequence = jnp.asarray(sequence, jnp.int32)
+  previous = jnp.concatenate([jnp.array([BOS_ID]), sequence[:-1]])
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+    del self_mask, write_offsets
+    p = jnp.minimum(positions, sequence.shape[0] - 1)
+    return one_hot_logits(jnp.where(tokens == previous[p], sequence[p], JUNK)), cache
+  return step_fn
+
+
+def _stub_drafter(drafts, batch=1, max_length=16, width=3):
+  """A drafter whose <mask> slot at position p drafts drafts[p], whatever it sees."""
+  drafts = jnp.asarray(drafts, jnp.int32)
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None):
+    del self_mask, write_offsets
+    p = jnp.minimum(positions, drafts.shape[0] - 1)
+    logits = one_hot_logits(jnp.where(tokens == MASK, drafts[p], JUNK))
+    return (logits if project is None else logits[:, project]), cache
+  return draft_model.DraftModel(step_fn, stub_cache(batch, draft_model.cache_slots(max_length, width)), MASK)
+
+
+def test_a_perfect_drafter_takes_three_calls_for_seven_tokens():
+  """W = 3: every window is drafted right, so calls commit 3, 3 and EOS: 3 calls instead of greedy's 7."""
+  sequence = SEQ + [A] * 12
+  out, trace = jacobi.pgj_decode(_oracle_verifier(sequence), stub_cache(1, 19), 1, 16, 3,
+                                 draft_model=_stub_drafter(sequence), return_trace=True)
+  np.testing.assert_array_equal(out.tokens[0, :8], SEQ + [PAD_ID])
+  np.testing.assert_array_equal(out.decoder_calls, [3])
+  np.testing.assert_array_equal(trace.accepted[:3, 0], [3, 3, 1])
+
+
+@pytest.mark.parametrize('drafts', ['junk', 'eos', 'pad', 'off_by_one', 'out_of_vocabulary'])
+def test_useless_or_adversarial_drafts_still_give_greedy_and_never_more_calls(drafts):
+  sequence = SEQ + [A] * 12
+  proposed = {'junk': [JUNK] * 20, 'eos': [EOS_ID] * 20, 'pad': [PAD_ID] * 20, 'off_by_one': sequence[1:] + [A],
+              'out_of_vocabulary': [10_000] * 20}[drafts]
+  step_fn = _oracle_verifier(sequence)
+  expected = greedy.greedy_search(step_fn, stub_cache(1, 16), 1, 16)
+  out = jacobi.pgj_decode(step_fn, stub_cache(1, 19), 1, 16, 3, draft_model=_stub_drafter(proposed))
+  np.testing.assert_array_equal(out.tokens, expected.tokens)
+  assert int(out.decoder_calls[0]) <= int(expected.decoder_calls[0])
+
+
+@pytest.mark.parametrize('seed', range(3))
+@pytest.mark.parametrize('batch', [1, 4])
+def test_a_random_drafter_of_another_shape_gives_the_verifiers_greedy_output(seed, batch):
+  """Exact whatever the drafter drafts: random verifier and drafter (a one-layer decoder of another width,
+  sharing nothing), varied EOS positions and row caps, windows of 2, 3 and 5."""
+  verifier, verifier_params = random_model(30 + seed)
+  small = tiny_model_config(emb_dim=16, num_decoder_layers=1, num_encoder_layers=1, mlp_dim=32)
+  drafter, drafter_params = random_model(40 + seed, small)
+  rng = np.random.default_rng(seed)
+  source = rng.integers(4, 40, (batch, int(rng.integers(2, 10))))
+  source[:, -1] = EOS_ID
+  step_fn = model_step(verifier, verifier_params, jnp.array(source), rng.integers(1, 20, batch))
+  max_len = 16
+  caps = jnp.array(rng.integers(0, max_len + 1, batch)) if batch > 1 else None
+  expected = greedy.greedy_search(step_fn, models.init_cache(verifier.config, batch, max_len), batch, max_len, caps)
+  for width in (2, 3, 5):
+    drafts = draft_model.DraftModel(model_step(drafter, drafter_params, jnp.array(source)),
+                                    models.init_cache(small, batch, draft_model.cache_slots(max_len, width)),
+                                    int(rng.integers(3, 40)))
+    out = jacobi.pgj_decode(step_fn, models.init_cache(verifier.config, batch, max_len + width), batch, max_len,
+                            width, row_caps=caps, draft_model=drafts)
+    np.testing.assert_array_equal(out.tokens, expected.tokens, err_msg=f'W={width}')
+    assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()
+
+
+def test_a_drafter_cache_too_small_or_two_drafters_are_clear_errors():
+  step_fn = _oracle_verifier(SEQ)
+  small = draft_model.DraftModel(_stub_drafter(SEQ).step_fn, stub_cache(1, 22), MASK)
+  with pytest.raises(ValueError, match='2 \\* block_size \\+ 1 = 23'):
+    jacobi.pgj_decode(step_fn, stub_cache(1, 19), 1, 16, 3, draft_model=small)
+  with pytest.raises(ValueError, match='not several'):
+    jacobi.pgj_decode(step_fn, stub_cache(1, 22), 1, 16, 3, mask_id=MASK, draft_model=_stub_drafter(SEQ))
+
+
+class _Vocabulary:
+  def __init__(self, pieces):
+    self._pieces = pieces
+    self.vocab_size = len(pieces)
+
+  def pieces(self, ids):
+    return [self._pieces[i] for i in ids]
+
+
+@pytest.mark.parametrize('pieces, objective, error', [
+    (['<pad>', 'a', 'b'], 'at', 'selfdraft objective'),
+    (['<pad>', 'a'], 'selfdraft', '2-piece vocabulary, the model 3'),
+    (['<pad>', 'a', 'c'], 'selfdraft', 'differs from the model.s in 1 pieces \\(the first at id 2\\)'),
+])
+def test_a_drafter_of_another_objective_or_vocabulary_is_a_clear_error_before_decoding(pieces, objective, error):
+  from types import SimpleNamespace  # pylint: disable=g-import-not-at-top
+  from fastmt.errors import FastmtError  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import check_draft_model  # pylint: disable=g-import-not-at-top
+  drafter = SimpleNamespace(objective=objective, tokenizer=_Vocabulary(pieces),
+                            config=SimpleNamespace(vocab_size=len(pieces)))
+  with pytest.raises(FastmtError, match=error):
+    check_draft_model(drafter, _Vocabulary(['<pad>', 'a', 'b']))
+  check_draft_model(SimpleNamespace(objective='selfdraft', tokenizer=_Vocabulary(['<pad>', 'a', 'b']),
+                                    config=SimpleNamespace(vocab_size=3)), _Vocabulary(['<pad>', 'a', 'b']))
