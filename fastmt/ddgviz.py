@@ -113,7 +113,8 @@ def _traced_decode(params, source, row_caps, draft_table, output_projection, dra
                               row_caps=row_caps, mask_id=mask_id,
                               drafter=jacobi.ngram_drafter(source) if lookup else None,  # --drafter ngram
                               draft_model=None if draft_settings is None else draft_model_for(
-                                  drafter, source, source.shape[0], max_len, draft_settings))  # --drafter model
+                                  drafter, source, source.shape[0], max_len, draft_settings,
+                                  config.vocab_size))  # --drafter model
 
 
 def _cells(trace: SentenceTrace):

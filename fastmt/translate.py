@@ -61,7 +61,7 @@ class DecodeSettings:
   nat_beam_size: int = 1  # --algorithm hrt: Skip-AT hypotheses that stage II fills (b_nat <= b_at = beam_size)
   hrt_symbols: tuple[int, int] | None = None  # (<mask>, <bos_k>) ids: resolved by Translator, never by hand
   drafter: str = 'self'  # --algorithm spec: 'self' (the model's <mask> slots), 'ngram', 'model', 'bigram' or 'pad'
-  draft_mask_id: int | None = None  # --drafter self / model: the <mask> id, resolved by Translator, never by hand
+  draft_mask_id: int | None = None  # --drafter self / model: the (drafter's) <mask> id, resolved by Translator
   draft_model_config: ModelConfig | None = None  # --drafter model: the drafter's shape, set by Translator
 
   def __post_init__(self):
@@ -155,14 +155,15 @@ def decode_source_batch(params, source, row_caps, clusters=None, draft_table=Non
   cache = models.init_cache(config, rows, algorithm.cache_length(max_len, settings))
   extra = {'source': source} if algorithm.uses_source(settings) else {}
   if algorithm.uses_draft_model(settings):
-    extra['draft_model'] = draft_model_for(drafter, source, batch, max_len, settings)
+    extra['draft_model'] = draft_model_for(drafter, source, batch, max_len, settings, config.vocab_size)
   return algorithm.run(make_step_fn(model, params, memory, clusters, output_projection), cache, batch, max_len,
                        settings, draft_table, row_caps, **extra)
 
 
-def draft_model_for(drafter, source, batch: int, max_len: int,
-                    settings: DecodeSettings) -> draft_model_lib.DraftModel:
-  """The separate drafter of --drafter model: its own encoding of the source, its step function, its cache."""
+def draft_model_for(drafter, source, batch: int, max_len: int, settings: DecodeSettings,
+                    vocab_size: int) -> draft_model_lib.DraftModel:
+  """The separate drafter of --drafter model: its own encoding of the source, its step function, its cache;
+  drafts restricted to the model's vocabulary (vocab_size)."""
   config = settings.draft_model_config
   model = models.Transformer(config)
   variables = {'params': drafter['params']}
@@ -171,19 +172,22 @@ def draft_model_for(drafter, source, batch: int, max_len: int,
   width = min(settings.block_size, max_len)
   cache = models.init_cache(config, batch, draft_model_lib.cache_slots(max_len, width))
   return draft_model_lib.DraftModel(make_step_fn(model, drafter['params'], memory, None, drafter['output_projection']),
-                                    cache, settings.draft_mask_id)
+                                    cache, settings.draft_mask_id, vocab_size)
 
 
 def check_draft_model(draft_model, tokenizer: Tokenizer) -> None:
   """A drafter for --drafter model: trained with the selfdraft objective (its <mask> slots draft), with the
-  model's vocabulary piece for piece (drafts are token ids of the model's vocabulary). Else a clear error."""
+  model's vocabulary piece for piece (drafts are token ids of the model's vocabulary), possibly extended with
+  pieces of its own after them (fastmt's reserved symbols appended to an older vocabulary; drafts never use
+  them). Else a clear error."""
   if draft_model.objective != 'selfdraft':
     raise FastmtError(f'--drafter model needs a drafter trained with the selfdraft objective (configs/selfdraft.py); '
                       f'this one was trained with {draft_model.objective!r}')
   theirs, ours = draft_model.tokenizer, tokenizer
-  if theirs.vocab_size != ours.vocab_size or draft_model.config.vocab_size != ours.vocab_size:
-    raise FastmtError(f'the drafter has a {theirs.vocab_size}-piece vocabulary, the model {ours.vocab_size}: a drafter '
-                      'shares the model\'s vocabulary (train it on the model\'s distillation, which carries it)')
+  if theirs.vocab_size < ours.vocab_size or draft_model.config.vocab_size != theirs.vocab_size:
+    raise FastmtError(f'the drafter has a {theirs.vocab_size}-piece vocabulary (an embedding of '
+                      f'{draft_model.config.vocab_size}), the model {ours.vocab_size}: a drafter shares the model\'s '
+                      'vocabulary (train it on the model\'s distillation, which carries it)')
   ids = list(range(ours.vocab_size))
   differ = [i for i, (a, b) in enumerate(zip(theirs.pieces(ids), ours.pieces(ids))) if a != b]
   if differ:
@@ -257,7 +261,7 @@ class Translator:
         raise FastmtError('--drafter model needs a drafter model (decode.py --drafter_workdir; draft_model= in '
                           'fastmt)')
       check_draft_model(draft_model, tokenizer)
-      settings = dataclasses.replace(settings, draft_mask_id=selfdraft.mask_id_of(tokenizer),
+      settings = dataclasses.replace(settings, draft_mask_id=selfdraft.mask_id_of(draft_model.tokenizer),
                                      draft_model_config=draft_model.config)
     elif draft_model is not None:
       raise FastmtError('a drafter model drafts for --algorithm spec --drafter model only')

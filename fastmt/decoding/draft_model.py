@@ -3,7 +3,8 @@
 The verifier is any autoregressive model, untouched; the drafter is a second, small model trained with the
 selfdraft objective (fastmt/objectives/selfdraft.py: its <mask> slots fill in the W tokens after any prefix,
 e.g. configs/selfdraft.py:w4,drafter on the verifier's own greedy outputs), sharing nothing with it but the
-vocabulary: its own encoder pass over the source, its own decoder and KV cache. Jacobi's commit rule
+vocabulary (which the drafter's may extend with fastmt's reserved symbols: drafts keep to the verifier's ids):
+its own encoder pass over the source, its own decoder and KV cache. Jacobi's commit rule
 verifies its drafts, so the output is the verifier's greedy output whatever the drafter proposes.
 
 One drafter call after every verification call (and one before the first), over 2W + 1 positions:
@@ -33,7 +34,11 @@ from fastmt.decoding.step import DecoderStepFn, best_tokens, causal_window_mask
 class DraftModel:
   step_fn: DecoderStepFn  # over the drafter's parameters and its own encoding of the source
   cache: Any  # the drafter's cache: cache_slots(max_length, W) slots
-  mask_id: int  # the vocabulary's <mask> (the verifier's vocabulary too)
+  mask_id: int  # the drafter's <mask>
+  # The verifier's vocabulary size: drafts are restricted to its ids. A drafter's vocabulary may extend the
+  # verifier's (fastmt's reserved symbols appended to an older vocabulary), and an id the verifier has no
+  # embedding for must never reach it. None = the drafter's whole vocabulary.
+  vocab_size: int | None = None
 
 
 def cache_slots(max_length: int, width: int) -> int:
@@ -72,6 +77,7 @@ def draft_logits(model: DraftModel, cache: Any, tokens: jax.Array, start: jax.Ar
 
 def draft(model: DraftModel, cache: Any, tokens: jax.Array, start: jax.Array, accepted: jax.Array,
           width: int) -> tuple[jax.Array, Any]:
-  """draft_logits' argmax: (drafts int32 [B, W] for outputs start + accepted .., updated cache)."""
+  """draft_logits' argmax within the verifier's vocabulary: (drafts int32 [B, W] for outputs start + accepted
+  .., updated cache)."""
   logits, cache = draft_logits(model, cache, tokens, start, accepted, width)
-  return best_tokens(logits), cache
+  return best_tokens(logits[..., :model.vocab_size]), cache
