@@ -97,13 +97,13 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None, outpu
   The step function takes DecoderStepFn's optional `project` (logits at only some of the new positions).
   """
   def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None, directions=None):
-    rows_projected = tokens.shape[0] * (tokens.shape[1] if project is None else project.shape[0])
+    rows_projected = tokens.shape[0] * (tokens.shape[1] if project is None else project.shape[-1])
     int8_projection = isinstance(output_projection, dict)
     transposed = output_projection is not None and (rows_projected > 1 or int8_projection)
     _, hidden, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache, write_offsets,
                                    return_logits=False, directions=directions, method=models.Transformer.decode)
     if project is not None:
-      hidden = hidden[:, project]
+      hidden = hidden[:, project] if project.ndim == 1 else jnp.take_along_axis(hidden, project[..., None], 1)
     if clusters is not None:
       logits, _ = projection.clustered_logits(hidden, quantize.float_embedding(params), clusters)
     elif int8_projection:

@@ -65,6 +65,11 @@ def random_model(seed, config=None):
   return model, params
 
 
+def select_positions(logits, project):
+  """DecoderStepFn's `project`: the same positions for every row ([P]) or per row ([B, P])."""
+  return logits[:, project] if project.ndim == 1 else jnp.take_along_axis(logits, project[..., None], 1)
+
+
 def model_step(model, params, source, eos_after=None):
   """A DecoderStepFn over a random model; eos_after [B] forces EOS to win from that position on, so that
   tests control where each row ends (a function of position only: greedy and Jacobi see the same model)."""
@@ -77,7 +82,7 @@ def model_step(model, params, source, eos_after=None):
     if eos_after is not None:
       boost = (positions >= jnp.asarray(eos_after)[:, None]) * 1e4
       logits = logits.at[..., EOS_ID].add(boost)
-    return (logits if project is None else logits[:, project]), cache
+    return (logits if project is None else select_positions(logits, project)), cache
   return step_fn
 
 

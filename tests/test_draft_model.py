@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import model_step, one_hot_logits, random_model, stub_cache, tiny_model_config
+from conftest import model_step, one_hot_logits, random_model, select_positions, stub_cache, tiny_model_config
 from fastmt import models
 from fastmt.decoding import draft_model, greedy, jacobi
 from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID
@@ -33,7 +33,8 @@ def test_the_call_mask_is_the_rule_entry_by_entry():
 
 def test_each_drafter_call_is_the_training_layout_at_the_new_cut():
   """Calls chained as the decoder chains them (commits of 2, 0 and 3 tokens) give, at every call, the logits of
-  the selfdraft training row's block at cut n + accepted: the cache invariant holds across calls."""
+  the selfdraft training row at cut n' = n + accepted: its causal slot n' (the first draft), then its block's
+  mask slots 1 .. W - 1. The cache invariant holds across calls."""
   width = 3
   target = [A, B, C, D, E, F, EOS_ID, PAD_ID]
   model, params = random_model(3)
@@ -53,7 +54,8 @@ def test_each_drafter_call_is_the_training_layout_at_the_new_cut():
     positions = layout['positions'].at[:, T:].set(jnp.arange(cut, cut + width))
     trained = model.apply({'params': params}, source, layout['decoder_input'], positions,
                           selfdraft.block_mask(T, jnp.array([[cut]]), width))
-    np.testing.assert_allclose(logits[0], trained[0, T:], atol=1e-4, err_msg=f'cut {cut}')
+    np.testing.assert_allclose(logits[0, 0], trained[0, cut], atol=1e-4, err_msg=f'causal slot, cut {cut}')
+    np.testing.assert_allclose(logits[0, 1:], trained[0, T + 1:], atol=1e-4, err_msg=f'mask slots, cut {cut}')
     start = cut
 
 
@@ -71,14 +73,13 @@ def _oracle_verifier(sequence):
 
 
 def _stub_drafter(drafts, batch=1, max_length=16, width=3):
-  """A drafter whose <mask> slot at position p drafts drafts[p], whatever it sees."""
+  """A drafter whose every slot at position p (causal or <mask>) drafts drafts[p], whatever it sees."""
   drafts = jnp.asarray(drafts, jnp.int32)
 
   def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None):
-    del self_mask, write_offsets
-    p = jnp.minimum(positions, drafts.shape[0] - 1)
-    logits = one_hot_logits(jnp.where(tokens == MASK, drafts[p], JUNK))
-    return (logits if project is None else logits[:, project]), cache
+    del tokens, self_mask, write_offsets
+    logits = one_hot_logits(drafts[jnp.minimum(positions, drafts.shape[0] - 1)])
+    return (logits if project is None else select_positions(logits, project)), cache
   return draft_model.DraftModel(step_fn, stub_cache(batch, draft_model.cache_slots(max_length, width)), MASK)
 
 

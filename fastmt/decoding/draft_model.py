@@ -15,8 +15,13 @@ One drafter call after every verification call (and one before the first), over 
   * W <mask> slots at positions n' .. n' + W - 1 (n' = n + accepted, the outputs the next window verifies),
     written at slots n + W + 1 .. n + 2W, seeing the slots 0 .. n' (every final input) and each other: the
     training layout's block at cut n' exactly.
-So after a call the drafter's cache holds inputs 0 .. n' (the invariant each call relies on), and its
-output projection runs over the W mask slots only (DecoderStepFn's `project`). The drafter's cost is its
+So after a call the drafter's cache holds inputs 0 .. n' (the invariant each call relies on). The first
+draft, of output n', comes from the drafter's causal slot at position n' (input n', the last committed
+output), not from the first mask slot: in a one-decoder-layer drafter a mask slot has one attention step to
+find the last token, and the causal slot holds it in its own residual stream (benchmarks/draft_probe.py:
+54% agreement with the verifier's greedy token against the mask slot's 27%, configs/drafter.py's model on
+runs/quickstart). The other W - 1 drafts are mask slots 1 .. W - 1. The output projection runs over these W
+positions only (DecoderStepFn's per-row `project`). The drafter's cost is its
 encoder once per sentence plus one call per iteration; it is counted in every timing (the bench), not in
 `decoder_calls` (the verifier's calls, as for every decoder here).
 """
@@ -58,7 +63,8 @@ def draft_call_mask(write_offsets: jax.Array, accepted: jax.Array, width: int, c
 
 def draft_logits(model: DraftModel, cache: Any, tokens: jax.Array, start: jax.Array, accepted: jax.Array,
                  width: int) -> tuple[jax.Array, Any]:
-  """The drafter's logits for outputs start + accepted .. + W - 1: (float32 [B, W, V], updated cache).
+  """The drafter's logits for outputs start + accepted .. + W - 1: (float32 [B, W, V], updated cache): the
+  causal slot at position start + accepted, then mask slots 1 .. W - 1.
 
   tokens: int32 [B, >= max(start) + W + 1], BOS then outputs, final up to start + accepted; start: int32 [B],
   the committed length before the verification call; accepted: int32 [B], what it committed (0 before the
@@ -71,8 +77,10 @@ def draft_logits(model: DraftModel, cache: Any, tokens: jax.Array, start: jax.Ar
   positions = jnp.concatenate([start[:, None] + steps[None, :],
                                (start + accepted)[:, None] + steps[None, :width]], axis=1)
   call = jnp.concatenate([inputs, jnp.full((batch, width), model.mask_id, jnp.int32)], axis=1)
+  masks = jnp.broadcast_to(jnp.arange(width + 2, 2 * width + 1), (batch, width - 1))
+  drafted = jnp.concatenate([accepted[:, None], masks], axis=1)  # [B, W]: causal slot `accepted`, masks 1 ..
   return model.step_fn(call, positions, draft_call_mask(start, accepted, width, cache_length), cache, start,
-                       project=jnp.arange(width + 1, 2 * width + 1))
+                       project=drafted)
 
 
 def draft(model: DraftModel, cache: Any, tokens: jax.Array, start: jax.Array, accepted: jax.Array,
