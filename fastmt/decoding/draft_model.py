@@ -2,10 +2,10 @@
 
 The verifier is any autoregressive model, untouched; the drafter is a second, small model trained with the
 selfdraft objective (fastmt/objectives/selfdraft.py: its <mask> slots fill in the W tokens after any prefix,
-e.g. configs/selfdraft.py:w4,drafter on the verifier's own greedy outputs), sharing nothing with it but the
+e.g. configs/selfdraft.py:w3,drafter on the verifier's own greedy outputs), sharing nothing with it but the
 vocabulary (which the drafter's may extend with fastmt's reserved symbols: drafts keep to the verifier's ids):
-its own encoder pass over the source, its own decoder and KV cache. Jacobi's commit rule
-verifies its drafts, so the output is the verifier's greedy output whatever the drafter proposes.
+its own encoder pass over the source, its own decoder and KV cache. Jacobi's commit rule verifies its
+drafts, so the output is the verifier's greedy output whatever the drafter proposes.
 
 One drafter call after every verification call (and one before the first), over 2W + 1 positions:
   * inputs n .. n + W (n = the verifier's committed length before its call: tokens[n] is output n - 1, BOS
@@ -21,9 +21,9 @@ output), not from the first mask slot: in a one-decoder-layer drafter a mask slo
 find the last token, and the causal slot holds it in its own residual stream (benchmarks/draft_probe.py:
 54% agreement with the verifier's greedy token against the mask slot's 27%, configs/drafter.py's model on
 runs/quickstart). The other W - 1 drafts are mask slots 1 .. W - 1. The output projection runs over these W
-positions only (DecoderStepFn's per-row `project`). The drafter's cost is its
-encoder once per sentence plus one call per iteration; it is counted in every timing (the bench), not in
-`decoder_calls` (the verifier's calls, as for every decoder here).
+positions only (DecoderStepFn's per-row `project`). The drafter's cost is its encoder once per sentence
+plus one call per iteration; it is counted in every timing (the bench), not in `decoder_calls` (the
+verifier's calls, as for every decoder here).
 """
 
 import dataclasses
