@@ -283,7 +283,7 @@ class Translator:
     if transposed_output and clusters is None:
       self.output_projection = jax.device_put(transposed_output_layout(params), replicated)
     self.drafter = None
-    if uses_draft_model:  # the drafter's projection is over its W mask slots: the transposed layout's case
+    if uses_draft_model:  # the drafter projects W positions per row (its causal slot, W - 1 masks): E^T's case
       self.drafter = jax.device_put({'params': draft_model.params,
                                      'output_projection': transposed_output_layout(draft_model.params)}, replicated)
     self._decode = jax.jit(functools.partial(decode_source_batch, config=config, settings=settings))

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import model_step, one_hot_logits, random_model, select_positions, stub_cache, tiny_model_config
+from conftest import VOCAB, model_step, one_hot_logits, random_model, select_positions, stub_cache, tiny_model_config
 from fastmt import models
 from fastmt.decoding import draft_model, greedy, jacobi
 from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID
@@ -73,14 +73,15 @@ def _oracle_verifier(sequence):
 
 
 def _stub_drafter(drafts, batch=1, max_length=16, width=3):
-  """A drafter whose every slot at position p (causal or <mask>) drafts drafts[p], whatever it sees."""
+  """A drafter whose every slot at position p (causal or <mask>) drafts drafts[p], whatever it sees; its
+  vocabulary has 8 ids more than the verifier's VOCAB (which decoding keeps its drafts to)."""
   drafts = jnp.asarray(drafts, jnp.int32)
 
   def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None):
     del tokens, self_mask, write_offsets
-    logits = one_hot_logits(drafts[jnp.minimum(positions, drafts.shape[0] - 1)])
+    logits = one_hot_logits(drafts[jnp.minimum(positions, drafts.shape[0] - 1)], vocab=VOCAB + 8)
     return (logits if project is None else select_positions(logits, project)), cache
-  return draft_model.DraftModel(step_fn, stub_cache(batch, draft_model.cache_slots(max_length, width)), MASK)
+  return draft_model.DraftModel(step_fn, stub_cache(batch, draft_model.cache_slots(max_length, width)), MASK, VOCAB)
 
 
 def test_a_perfect_drafter_takes_three_calls_for_seven_tokens():
@@ -97,12 +98,14 @@ def test_a_perfect_drafter_takes_three_calls_for_seven_tokens():
 def test_useless_or_adversarial_drafts_still_give_greedy_and_never_more_calls(drafts):
   sequence = SEQ + [A] * 12
   proposed = {'junk': [JUNK] * 20, 'eos': [EOS_ID] * 20, 'pad': [PAD_ID] * 20, 'off_by_one': sequence[1:] + [A],
-              'out_of_vocabulary': [10_000] * 20}[drafts]
+              'out_of_vocabulary': [VOCAB + 3] * 20}[drafts]  # the drafter's own id, not the verifier's
   step_fn = _oracle_verifier(sequence)
   expected = greedy.greedy_search(step_fn, stub_cache(1, 16), 1, 16)
-  out = jacobi.pgj_decode(step_fn, stub_cache(1, 19), 1, 16, 3, draft_model=_stub_drafter(proposed))
+  out, trace = jacobi.pgj_decode(step_fn, stub_cache(1, 19), 1, 16, 3, draft_model=_stub_drafter(proposed),
+                                 return_trace=True)
   np.testing.assert_array_equal(out.tokens, expected.tokens)
   assert int(out.decoder_calls[0]) <= int(expected.decoder_calls[0])
+  assert (np.asarray(trace.inputs) < VOCAB).all()  # no id the verifier lacks ever reaches its call
 
 
 @pytest.mark.parametrize('seed', range(3))

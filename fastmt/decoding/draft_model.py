@@ -20,7 +20,8 @@ draft, of output n', comes from the drafter's causal slot at position n' (input 
 output), not from the first mask slot: in a one-decoder-layer drafter a mask slot has one attention step to
 find the last token, and the causal slot holds it in its own residual stream (benchmarks/draft_probe.py:
 54% agreement with the verifier's greedy token against the mask slot's 27%, configs/drafter.py's model on
-runs/quickstart). The other W - 1 drafts are mask slots 1 .. W - 1. The output projection runs over these W
+runs/quickstart). The other W - 1 drafts are mask slots 1 .. W - 1; mask slot 0 stays in the call (unused)
+so that the others see the block they were trained with. The output projection runs over these W
 positions only (DecoderStepFn's per-row `project`). The drafter's cost is its encoder once per sentence
 plus one call per iteration; it is counted in every timing (the bench), not in `decoder_calls` (the
 verifier's calls, as for every decoder here).
