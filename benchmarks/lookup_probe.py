@@ -14,6 +14,9 @@ the drafts decoding meets. Prints, per key length n and window W:
   break-even  the cost of a W-wide call, in 1-position calls, below which the gated decoder beats greedy
               at batch 1: (greedy calls - narrow calls) / wide calls
 A gate pays at batch 1 when break-even exceeds the measured cost ratio (fastmt.bench's step-cost curve).
+The probe counts drafts only: Jacobi's own guesses, which an always-wide call may also hit, are not modelled.
+An output that reached its cap without EOS is probed as if EOS followed it (a small skew; the decode reports
+how many there were).
 """
 
 import numpy as np

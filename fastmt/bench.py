@@ -48,7 +48,11 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
                       '@bf16_int8_layers (or none for float32)')
   spec, _, init = spec.partition('+')
   name, *args = spec.split(':')
-  values = [int(a) for a in args]
+  try:
+    values = [int(a) for a in args]
+  except ValueError:
+    raise FastmtError(f'{label}: the numbers after ":" are integers (a spec gate in percent: spec:2:50+ngram)'
+                      ) from None
   if name == 'ib' and init and not init.startswith('dedup'):
     raise FastmtError(f'Unknown suffix +{init} for ib: use +dedupN')
   if name in ('beam', 'ib'):

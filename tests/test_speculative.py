@@ -249,8 +249,9 @@ def test_ngram_drafts_continue_a_repeated_phrase_in_fewer_calls():
 
 
 def _wide_calls(trace, calls, row=0):
-  """Which of the first `calls` calls were W wide: a narrow call's trace row is zero past its one position."""
-  return list(np.asarray(trace.predictions[:calls, row, 1] != 0))
+  """Which of the first `calls` calls were W wide: a narrow call's trace row has probability 0 (padding) past
+  its one position, a computed prediction's softmax probability is > 0."""
+  return [bool(x) for x in np.asarray(trace.probabilities[:calls, row, 1] > 0)]
 
 
 def test_a_gated_drafter_makes_wide_calls_only_for_drafts():
@@ -361,12 +362,16 @@ def test_ngram_drafting_equals_greedy_on_random_models(seed, batch):
                               drafter=jacobi.ngram_drafter(jnp.array(source), ngram))
       np.testing.assert_array_equal(out.tokens, expected.tokens, err_msg=f'W={width} n={ngram}')
       assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()
-  for gate in (0.5, 1.0):  # gated: narrow calls where too few rows have drafts
-    out = jacobi.pgj_decode(step_fn, models.init_cache(model.config, batch, max_len + 3), batch, max_len, 3,
-                            initializer=fallback, row_caps=caps, drafter=jacobi.ngram_drafter(jnp.array(source)),
-                            draft_gate=gate)
+  for gate in (0.01, 0.5, 1.0):  # gated: narrow calls where too few rows have drafts (0.01: any draft opens it)
+    out, trace = jacobi.pgj_decode(step_fn, models.init_cache(model.config, batch, max_len + 3), batch, max_len, 3,
+                                   initializer=fallback, row_caps=caps, return_trace=True, draft_gate=gate,
+                                   drafter=jacobi.ngram_drafter(jnp.array(source), 1))
     np.testing.assert_array_equal(out.tokens, expected.tokens, err_msg=f'gate {gate}')
     assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()
+    wide = _wide_calls(trace, int(out.loop_iterations))
+    assert not wide[0]  # nothing to look up after BOS: the first call is narrow
+    if gate == 0.01:  # one-token keys in a source of five distinct tokens: some call had a draft
+      assert any(wide), 'no wide call: the test would not exercise the gate'
 
 
 def test_cache_too_small_for_the_draft_slots_is_a_clear_error():
@@ -385,6 +390,12 @@ def test_bad_spec_settings_are_clear_errors():
   for gate in (-0.1, 1.5):
     with pytest.raises(FastmtError, match='fraction'):
       DecodeSettings('spec', drafter='ngram', draft_gate=gate)
+  with pytest.raises(FastmtError, match='draft_gate gates --algorithm spec'):
+    DecodeSettings('pgj', draft_gate=0.5)
+  from fastmt import bench  # pylint: disable=g-import-not-at-top
+  assert bench.parse_method('spec:2:25+ngram')[1].draft_gate == 0.25
+  with pytest.raises(FastmtError, match='integers'):
+    bench.parse_method('spec:2:0.5+ngram')
   assert registry.draft_gate(DecodeSettings('spec', drafter='ngram')) == registry.DEFAULT_DRAFT_GATE
   assert registry.draft_gate(DecodeSettings('spec', drafter='ngram', draft_gate=0.0)) is None  # always wide
   assert registry.draft_gate(DecodeSettings('spec', drafter='bigram')) is None

@@ -148,7 +148,9 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
 
   draft_gate (with a prefix drafter): a call is W wide only when at least this fraction of the unfinished rows
   hold a draft from the drafter (`guess_is_draft`), else it is one position wide: greedy's step for every row,
-  which commits exactly one token, like a W-wide call whose guesses all miss, at a lower cost. None: always W.
+  which commits exactly one token at a lower cost. It gives up what Jacobi's own guesses (the shifted
+  unverified predictions) would have hit in a wide call: 1.06-1.08 tokens per call with PAD or bigram
+  guesses (docs/BENCHMARKS.md section 2), less than a wide call costs on a CPU. None: always W.
   """
   cache_length = jax.tree_util.tree_leaves(state.cache)[0].shape[1]
   guesses_after = initializer(width)  # built here, once: the loop body only indexes into it
@@ -205,9 +207,10 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     """The gate: enough of the unfinished rows hold a draft from the drafter."""
     unfinished = ~s.done
     drafted = jnp.sum(unfinished & s.guess_is_draft)
-    return (drafted > 0) & (drafted >= draft_gate * jnp.sum(unfinished))
+    # drafted >= gate * unfinished, for integers: float32 makes 0.6 * 25 = 15.000001, so allow 1e-3 below.
+    return (drafted > 0) & (drafted >= draft_gate * jnp.sum(unfinished) - 1e-3)
 
-  def advance(s, wide: bool = True):
+  def advance(s, wide: bool):
     n = s.committed  # [B]
     previous = jnp.take_along_axis(s.tokens, n[:, None], axis=1)  # [B, 1]: output n-1 (BOS for n = 0)
     context = jnp.where(s.guess_is_draft, width - 1, 0) if drafting else None  # [B]: where the draft block starts
@@ -262,7 +265,7 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
                        cache, trace, guess_is_draft, draft_cache)
 
   if not gated:
-    return jax.lax.while_loop(not_finished, advance, state)
+    return jax.lax.while_loop(not_finished, lambda s: advance(s, wide=True), state)
 
   # Gated: narrow calls while the gate is shut, then wide calls while it is open, and again. Two inner loops
   # rather than a lax.cond per call: XLA:CPU copies a conditional's operands, the whole KV cache among them,
@@ -299,9 +302,9 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
     drafter: a PrefixDrafter (e.g. ngram_drafter): after every commit, its drafts of the next window replace
       Jacobi's guesses where it finds any. Not with mask_id.
     draft_gate: with a drafter, in (0, 1]: a call is block_size wide only when at least this fraction of the
-      unfinished rows hold the drafter's draft, else one position wide (greedy's step: a row whose guesses
-      are not drafts commits one token either way, and the narrow call costs less). At batch 1: wide exactly
-      when the row has a draft. None: every call is block_size wide.
+      unfinished rows hold the drafter's draft, else one position wide (greedy's step: cheaper, and it gives
+      up only Jacobi's own occasional hits for the rows without a draft). At batch 1: wide exactly when the
+      row has a draft. None: every call is block_size wide (DecodeSettings.draft_gate = 0 maps to None).
     draft_model: a separate drafter model (fastmt/decoding/draft_model.py) whose drafts are the guesses of
       every window, the first included; its cache needs draft_model.cache_slots(max_length, block_size)
       slots. Not with mask_id or drafter.

@@ -215,6 +215,9 @@ def get(name: str) -> Algorithm:
 
 def validate(settings) -> None:
   get(settings.algorithm).check(settings)
+  if settings.draft_gate is not None and settings.algorithm != 'spec':
+    raise FastmtError(f'draft_gate gates --algorithm spec --drafter ngram; --algorithm {settings.algorithm} has no '
+                      'drafts')
 
 
 # The algorithm that validation BLEU and a plain decode use for each objective's models.
