@@ -65,7 +65,7 @@ class DecodeSettings:
   draft_model_config: ModelConfig | None = None  # --drafter model: the drafter's shape, set by Translator
   # --drafter ngram: a call is block_size wide only when at least this fraction of the unfinished rows of the
   # batch hold a lookup draft, else one position wide (greedy's step); 0 = always wide; None = the drafter's
-  # default (registry.DEFAULT_DRAFT_GATE).
+  # default (registry.DEFAULT_DRAFT_GATE: 0 for now).
   draft_gate: float | None = None
 
   def __post_init__(self):
