@@ -34,9 +34,8 @@ BENCH_FLAGS=${BENCH_FLAGS:-}
 STAGES=${STAGES:-distill drafters eval model}
 DRAFTER_W=${DRAFTER_W:-3}
 DRAFTER_STEPS=${DRAFTER_STEPS:-2400}
-# spec:2:50+ngram: wide calls only where half the unfinished rows have a lookup draft (spec:2+ngram: always wide).
-DRAFTER_METHODS=${DRAFTER_METHODS:-greedy,spec:2+model,spec:3+model,spec:4+model,spec:2+ngram,spec:2:50+ngram}
-METHODS=${METHODS:-greedy,pgj:3+bigram,spec:2,spec:3,spec:4,spec:4+bigram,spec:2+ngram,spec:2:50+ngram}
+DRAFTER_METHODS=${DRAFTER_METHODS:-greedy,spec:2+model,spec:3+model,spec:4+model,spec:2+ngram}
+METHODS=${METHODS:-greedy,pgj:3+bigram,spec:2,spec:3,spec:4,spec:4+bigram,spec:2+ngram}
 mkdir -p "$RUNS"
 
 KD_BEAM=${KD_BEAM:-4}

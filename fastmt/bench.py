@@ -33,8 +33,7 @@ DEFAULT_METHODS = ('greedy', 'beam:4', 'pj', 'pgj:3', 'pgj:5', 'hgj:3')
 def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K) |
   'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT) | 'spec:W'
-  (speculative, window W, the model's own drafts) | 'spec:W:G' (+ngram only: draft_gate G% of the rows; 0 =
-  always wide), then optionally '+bigram' (Jacobi draft guesses; spec: the
+  (speculative, window W, the model's own drafts), then optionally '+bigram' (Jacobi draft guesses; spec: the
   bigram drafter), '+ngram' (spec: prompt-lookup drafts), '+model' (spec: a separate drafter model,
   --drafter_workdir), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove
   repeated n-grams up to N) and '@bf16' (half precision), '@int8' or '@int8_layers' (8-bit, fastmt.quantize),
@@ -48,11 +47,7 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
                       '@bf16_int8_layers (or none for float32)')
   spec, _, init = spec.partition('+')
   name, *args = spec.split(':')
-  try:
-    values = [int(a) for a in args]
-  except ValueError:
-    raise FastmtError(f'{label}: the numbers after ":" are integers (a spec gate in percent: spec:2:50+ngram)'
-                      ) from None
+  values = [int(a) for a in args]
   if name == 'ib' and init and not init.startswith('dedup'):
     raise FastmtError(f'Unknown suffix +{init} for ib: use +dedupN')
   if name in ('beam', 'ib'):
@@ -61,8 +56,7 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   if name == 'spec':
     if init not in ('',) + registry.DRAFTERS:
       raise FastmtError(f'Unknown suffix +{init} for spec: use one of {["+" + d for d in registry.DRAFTERS]}')
-    gate = {'draft_gate': values[1] / 100} if len(values) > 1 else {}  # spec:W:G+ngram: gate at G% of the rows
-    return label, DecodeSettings('spec', block_size=values[0] if values else 4, drafter=init or 'self', **gate), dtype
+    return label, DecodeSettings('spec', block_size=values[0] if values else 4, drafter=init or 'self'), dtype
   if name == 'hrt':
     return label, DecodeSettings('hrt', beam_size=values[0] if values else None,
                                  nat_beam_size=values[1] if len(values) > 1 else 1), dtype

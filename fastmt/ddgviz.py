@@ -80,7 +80,6 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
                                  translator.output_projection, translator.drafter if draft_settings else None,
                                  config=config, max_len=max_len, block=block, parallel=parallel, mask_id=mask_id,
                                  lookup=settings.algorithm == 'spec' and settings.drafter == 'ngram',
-                                 draft_gate=registry.draft_gate(settings) if settings.algorithm == 'spec' else None,
                                  draft_settings=draft_settings)
   tokens = np.asarray(result.tokens[0])
   eos = np.flatnonzero(tokens == EOS_ID)
@@ -95,16 +94,14 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
                        np.asarray(trace.start[:iterations, 0]), predictions,
                        np.asarray(trace.probabilities[:iterations, 0]), np.asarray(trace.accepted[:iterations, 0]),
                        vocab_pieces, f'{settings.algorithm} b={block}' + (f' l={parallel}' if parallel < max_len else '') +
-                       (f' drafter={settings.drafter}' + (f' gate={registry.draft_gate(settings)}'
-                                                          if registry.draft_gate(settings) else '')
-                        if settings.algorithm == 'spec' else
+                       (f' drafter={settings.drafter}' if settings.algorithm == 'spec' else
                         f' init={settings.jacobi_init}'))
 
 
 @functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel', 'mask_id', 'lookup',
-                                             'draft_gate', 'draft_settings'))
+                                             'draft_settings'))
 def _traced_decode(params, source, row_caps, draft_table, output_projection, drafter=None, *, config, max_len, block,
-                   parallel, mask_id, lookup=False, draft_gate=None, draft_settings=None):
+                   parallel, mask_id, lookup=False, draft_settings=None):
   model = models.Transformer(config)
   encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
   memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
@@ -115,7 +112,6 @@ def _traced_decode(params, source, row_caps, draft_table, output_projection, dra
                               parallel_length=parallel, initializer=initializer, return_trace=True,
                               row_caps=row_caps, mask_id=mask_id,
                               drafter=jacobi.ngram_drafter(source) if lookup else None,  # --drafter ngram
-                              draft_gate=draft_gate if lookup else None,
                               draft_model=None if draft_settings is None else draft_model_for(
                                   drafter, source, source.shape[0], max_len, draft_settings,
                                   config.vocab_size))  # --drafter model
@@ -128,9 +124,7 @@ def _cells(trace: SentenceTrace):
     for pos in range(m):
       if pos < n:
         yield k, pos, '', 'final', False, None
-      elif pos - n < trace.predictions.shape[1] and (pos == n or trace.probabilities[k, pos - n] > 0):
-        # A prediction's probability is its softmax maximum, > 0; 0 marks the padding past a call narrower
-        # than the window (HGJ's greedy tail, a gated spec call), which computed nothing there.
+      elif pos - n < trace.predictions.shape[1]:
         token = int(trace.predictions[k, pos - n])
         state = 'correct' if token == int(trace.final[pos]) else 'wrong'
         yield k, pos, trace.piece_of[token], state, pos < n + a, float(trace.probabilities[k, pos - n])

@@ -63,10 +63,6 @@ class DecodeSettings:
   drafter: str = 'self'  # --algorithm spec: 'self' (the model's <mask> slots), 'ngram', 'model', 'bigram' or 'pad'
   draft_mask_id: int | None = None  # --drafter self / model: the (drafter's) <mask> id, resolved by Translator
   draft_model_config: ModelConfig | None = None  # --drafter model: the drafter's shape, set by Translator
-  # --drafter ngram: a call is block_size wide only when at least this fraction of the unfinished rows of the
-  # batch hold a lookup draft, else one position wide (greedy's step); 0 = always wide; None = the drafter's
-  # default (registry.DEFAULT_DRAFT_GATE: 0 for now).
-  draft_gate: float | None = None
 
   def __post_init__(self):
     if self.beam_size is None:

@@ -120,19 +120,6 @@ def _oracle_step(sequence, mask_draft=None):
   return step_fn
 
 
-def _oracle_rows_step(sequences):
-  """_oracle_step with one sequence per row: int [B, L]."""
-  sequences = jnp.asarray(sequences, jnp.int32)
-  previous = jnp.concatenate([jnp.full((sequences.shape[0], 1), BOS_ID), sequences[:, :-1]], axis=1)
-
-  def step_fn(tokens, positions, self_mask, cache, write_offsets):
-    del self_mask, write_offsets
-    p = jnp.minimum(positions, sequences.shape[1] - 1)
-    right = tokens == jnp.take_along_axis(previous, p, 1)
-    return one_hot_logits(jnp.where(right, jnp.take_along_axis(sequences, p, 1), JUNK)), cache
-  return step_fn
-
-
 def test_a_perfect_self_draft_takes_three_calls_for_seven_tokens():
   """W = 3: call 1 commits 1 and drafts after the prefix; calls 2 and 3 verify whole windows (3 + 3)."""
   sequence = SEQ + [A] * 9
@@ -248,65 +235,6 @@ def test_ngram_drafts_continue_a_repeated_phrase_in_fewer_calls():
   np.testing.assert_array_equal(lookup.decoder_calls, [9])
 
 
-def _wide_calls(trace, calls, row=0):
-  """Which of the first `calls` calls were W wide: a narrow call's trace row has probability 0 (padding) past
-  its one position, a computed prediction's softmax probability is > 0."""
-  return [bool(x) for x in np.asarray(trace.probabilities[:calls, row, 1] > 0)]
-
-
-def test_a_gated_drafter_makes_wide_calls_only_for_drafts():
-  """The repeated phrase of the test above with draft_gate: calls 1-7 have no draft and are one position
-  wide (greedy's step), call 8 verifies the draft 'C D E' W wide; same output, same 9 calls."""
-  sequence = [A, B, C, D, E, A, B, C, D, E, F, EOS_ID] + [A] * 6
-  step_fn = _oracle_step(sequence)
-  expected = greedy.greedy_search(step_fn, stub_cache(1, 18), 1, 18)
-  gated, trace = jacobi.pgj_decode(step_fn, stub_cache(1, 22), 1, 18, 4, drafter=jacobi.ngram_drafter(),
-                                   draft_gate=1.0, return_trace=True)
-  np.testing.assert_array_equal(gated.tokens, expected.tokens)
-  np.testing.assert_array_equal(gated.decoder_calls, [9])
-  np.testing.assert_array_equal(trace.accepted[:9, 0], [1, 1, 1, 1, 1, 1, 1, 4, 1])
-  # Call 9 is narrow again: the key 'E F' never occurred before, so its guesses are not drafts.
-  assert _wide_calls(trace, 9) == [False] * 7 + [True, False]
-  np.testing.assert_array_equal(trace.inputs[:7, 0, 1:], 0)
-
-
-@pytest.mark.parametrize('gate, wide', [(0.3, True), (0.5, False)])
-def test_the_gate_is_the_fraction_of_unfinished_rows_with_a_draft(gate, wide):
-  """Batch 3, after 'A B' only row 0 repeats a phrase: 1 of 3 unfinished rows has a draft for call 8."""
-  rows = jnp.array([[A, B, C, D, E, A, B, C, D, E, F, EOS_ID] + [A] * 6,
-                    [A, B, C, D, E, F, 13, 14, 15, EOS_ID] + [A] * 8,
-                    [B, C, D, E, F, 13, 14, 15, EOS_ID] + [A] * 9])
-
-  step_fn = _oracle_rows_step(rows)
-  expected = greedy.greedy_search(step_fn, stub_cache(3, 18), 3, 18)
-  out, trace = jacobi.pgj_decode(step_fn, stub_cache(3, 22), 3, 18, 4, drafter=jacobi.ngram_drafter(),
-                                 draft_gate=gate, return_trace=True)
-  np.testing.assert_array_equal(out.tokens, expected.tokens)
-  assert _wide_calls(trace, 8) == [False] * 7 + [wide]
-  # Gate 0.5: call 8 commits C alone, call 9 D alone (still 1 of 3 rows); row 2 is done after 9 calls, so
-  # call 10's draft after 'C D' ('E A B') is 1 of 2 unfinished rows: wide, it commits E F; call 11 EOS.
-  np.testing.assert_array_equal(out.decoder_calls, [9 if wide else 11, 10, 9])
-
-
-def test_ddgviz_draws_only_the_positions_a_narrow_call_computed():
-  """A gated spec run's narrow calls (probability 0 past their one position) get one cell, wide ones W."""
-  from fastmt import ddgviz  # pylint: disable=g-import-not-at-top
-  trace = ddgviz.SentenceTrace('a b', ['A', 'B', 'C', '</s>'], np.array([A, B, C, EOS_ID]), np.array([0, 1, 3]),
-                               np.array([[A, 0, 0], [B, C, EOS_ID], [EOS_ID, 0, 0]]),
-                               np.array([[0.9, 0, 0], [0.8, 0.7, 0.2], [0.9, 0, 0]]), np.array([1, 2, 1]),
-                               {A: 'A', B: 'B', C: 'C', EOS_ID: '</s>', 0: '<pad>'}, 'spec')
-  drawn = [(k, pos) for k, pos, piece, *_ in ddgviz._cells(trace) if piece]  # pylint: disable=protected-access
-  assert drawn == [(0, 0), (1, 1), (1, 2), (1, 3), (2, 3)]
-
-
-def test_draft_gate_needs_a_drafter_and_a_fraction():
-  step_fn = _oracle_step(SEQ + [A] * 9)
-  with pytest.raises(ValueError, match='draft_gate'):
-    jacobi.pgj_decode(step_fn, stub_cache(1, 22), 1, 16, 3, draft_gate=0.5)
-  with pytest.raises(ValueError, match='draft_gate'):
-    jacobi.pgj_decode(step_fn, stub_cache(1, 22), 1, 16, 3, drafter=jacobi.ngram_drafter(), draft_gate=0.0)
-
-
 def test_ngram_drafts_copy_from_the_source():
   """A name the translation copies: once its first two pieces are out, the rest comes from the source."""
   sequence = [A, C, D, E, F, JUNK + 2, EOS_ID] + [A] * 9
@@ -330,7 +258,13 @@ def test_each_row_drafts_from_its_own_source_through_the_spec_algorithm():
                          [A, B, C, D, E, F, EOS_ID] + [A] * 9])
   sources = jnp.array([[B] + names[0] + [EOS_ID], [A] + names[1] + [EOS_ID], [JUNK + 5] * 6 + [EOS_ID]])
 
-  step_fn = _oracle_rows_step(sequences)
+  def step_fn(tokens, positions, self_mask, cache, write_offsets):  # _oracle_step, one sequence per row
+    del self_mask, write_offsets
+    p = jnp.minimum(positions, sequences.shape[1] - 1)
+    previous = jnp.concatenate([jnp.full((3, 1), BOS_ID), sequences[:, :-1]], axis=1)
+    right = tokens == jnp.take_along_axis(previous, p, 1)
+    return one_hot_logits(jnp.where(right, jnp.take_along_axis(sequences, p, 1), JUNK)), cache
+
   settings = DecodeSettings('spec', block_size=4, drafter='ngram')
   spec = registry.get('spec')
   assert spec.uses_source(settings)
@@ -362,16 +296,6 @@ def test_ngram_drafting_equals_greedy_on_random_models(seed, batch):
                               drafter=jacobi.ngram_drafter(jnp.array(source), ngram))
       np.testing.assert_array_equal(out.tokens, expected.tokens, err_msg=f'W={width} n={ngram}')
       assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()
-  for gate in (0.01, 0.5, 1.0):  # gated: narrow calls where too few rows have drafts (0.01: any draft opens it)
-    out, trace = jacobi.pgj_decode(step_fn, models.init_cache(model.config, batch, max_len + 3), batch, max_len, 3,
-                                   initializer=fallback, row_caps=caps, return_trace=True, draft_gate=gate,
-                                   drafter=jacobi.ngram_drafter(jnp.array(source), 1))
-    np.testing.assert_array_equal(out.tokens, expected.tokens, err_msg=f'gate {gate}')
-    assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()
-    wide = _wide_calls(trace, int(out.loop_iterations))
-    assert not wide[0]  # nothing to look up after BOS: the first call is narrow
-    if gate == 0.01:  # one-token keys in a source of five distinct tokens: some call had a draft
-      assert any(wide), 'no wide call: the test would not exercise the gate'
 
 
 def test_cache_too_small_for_the_draft_slots_is_a_clear_error():
@@ -385,21 +309,6 @@ def test_bad_spec_settings_are_clear_errors():
     DecodeSettings('spec', drafter='medusa')
   with pytest.raises(FastmtError, match='block_size >= 2'):
     DecodeSettings('spec', block_size=1)
-  with pytest.raises(FastmtError, match='draft_gate gates the ngram'):
-    DecodeSettings('spec', drafter='self', draft_gate=0.5)
-  for gate in (-0.1, 1.5):
-    with pytest.raises(FastmtError, match='fraction'):
-      DecodeSettings('spec', drafter='ngram', draft_gate=gate)
-  with pytest.raises(FastmtError, match='draft_gate gates --algorithm spec'):
-    DecodeSettings('pgj', draft_gate=0.5)
-  from fastmt import bench  # pylint: disable=g-import-not-at-top
-  assert bench.parse_method('spec:2:25+ngram')[1].draft_gate == 0.25
-  with pytest.raises(FastmtError, match='integers'):
-    bench.parse_method('spec:2:0.5+ngram')
-  assert registry.draft_gate(DecodeSettings('spec', drafter='ngram', draft_gate=0.5)) == 0.5
-  assert registry.draft_gate(DecodeSettings('spec', drafter='ngram')) == (registry.DEFAULT_DRAFT_GATE or None)
-  assert registry.draft_gate(DecodeSettings('spec', drafter='ngram', draft_gate=0.0)) is None  # always wide
-  assert registry.draft_gate(DecodeSettings('spec', drafter='bigram')) is None
   with pytest.raises(FastmtError, match='selfdraft'):
     registry.check_drafter(DecodeSettings('spec', drafter='self'), 'at')
   assert not registry.decodes(DecodeSettings('spec'), 'hrt')

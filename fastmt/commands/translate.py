@@ -49,10 +49,6 @@ def define_flags():
                     'The output equals greedy\'s whatever the drafter.')
   flags.DEFINE_string('drafter_workdir', None, '--drafter model: the drafter\'s work directory (a selfdraft model '
                       'sharing this model\'s vocabulary, e.g. configs/selfdraft.py:w4,drafter).')
-  flags.DEFINE_float('draft_gate', None, '--drafter ngram: a call is --block_size wide only when at least this '
-                     'fraction of a batch\'s unfinished rows have a lookup draft, else one position wide (greedy\'s '
-                     'step); 0 = always wide. Default: fastmt.decoding.registry.DEFAULT_DRAFT_GATE (0 for now; 0.5 measured '
-                     'best on 2 CPU cores).')
   flags.DEFINE_integer('parallel_length', 0, 'HGJ parallel length l (0 = the output cap).')
   flags.DEFINE_enum('jacobi_init', 'pad', ['pad', 'bigram'], 'Jacobi guesses for new positions: pad (the '
                     'paper\'s) or bigram (the most frequent successor in the training targets; exact either way).')
@@ -92,7 +88,7 @@ def main(argv):
                             block_size=FLAGS.block_size, parallel_length=FLAGS.parallel_length,
                             jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram,
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
-                            drafter=FLAGS.drafter, draft_gate=FLAGS.draft_gate)
+                            drafter=FLAGS.drafter)
   if FLAGS.ddgviz and FLAGS.input == '-':
     raise FastmtError('--ddgviz reads its sentences from --input: give a file, not stdin')
   clusters_dir = None

@@ -91,9 +91,7 @@ class JacobiState:
   calls: jax.Array  # int32 [B]: decoder calls the row made until done
   cache: Any
   trace: JacobiTrace | None
-  # bool [B]: `guess` is a draft: a self-draft (mask_id: draft after the window next) or the prefix
-  # drafter's (what draft_gate counts)
-  guess_is_draft: jax.Array
+  guess_is_draft: jax.Array  # bool [B]: `guess` is a self-draft (mask_id): draft after the window next
   draft_cache: Any = None  # a separate drafter model's cache (draft_model), else None
 
 
@@ -130,8 +128,7 @@ def draft_window_mask(write_offsets: jax.Array, context: jax.Array, width: int, 
 def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, parallel_limit: int,
                  initializer: Initializer, caps: jax.Array, mask_id: int | None = None,
                  drafter: PrefixDrafter | None = None,
-                 draft_model: draft_model_lib.DraftModel | None = None,
-                 draft_gate: float | None = None) -> JacobiState:
+                 draft_model: draft_model_lib.DraftModel | None = None) -> JacobiState:
   """Runs iterations with window `width` while some row is unfinished and below `parallel_limit`.
 
   mask_id (self-drafting; a model trained with the selfdraft objective): each call also carries W <mask>
@@ -145,12 +142,6 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
   where it finds something, or a separate drafter model's (draft_model: one call of its own after every
   commit, fastmt/decoding/draft_model.py). Drafts are guesses like any other: the commit rule keeps the
   output exact whatever they say.
-
-  draft_gate (with a prefix drafter): a call is W wide only when at least this fraction of the unfinished rows
-  hold a draft from the drafter (`guess_is_draft`), else it is one position wide: greedy's step for every row,
-  which commits exactly one token at a lower cost. It gives up what Jacobi's own guesses (the shifted
-  unverified predictions) would have hit in a wide call: 1.06-1.08 tokens per call with PAD or bigram
-  guesses (docs/BENCHMARKS.md section 2), less than a wide call costs on a CPU. None: always W.
   """
   cache_length = jax.tree_util.tree_leaves(state.cache)[0].shape[1]
   guesses_after = initializer(width)  # built here, once: the loop body only indexes into it
@@ -166,33 +157,13 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     active = ~s.done & (s.committed < parallel_limit)
     return active.any() & (s.iteration < max_length)  # each iteration commits >= 1: max_length is a bound
 
-  tracing = state.trace is not None
-  gated = drafter is not None and width > 1 and draft_gate is not None
-
-  def traced(inputs, logits, predictions):
-    """What DDGviz draws of a call, W wide: inputs, predictions and their softmax probabilities (None
-    without a trace); a narrow call's row is zero past its one position, as HGJ's greedy tail's is."""
-    if not tracing:
-      return None
-    probs = jnp.take_along_axis(jax.nn.softmax(logits.astype(jnp.float32)), predictions[..., None], -1)[..., 0]
-    pad = lambda x: jnp.pad(x, ((0, 0), (0, width - x.shape[1])))
-    return pad(inputs), pad(predictions), pad(probs)
-
-  def narrow_call(s, n, previous):
-    """One position per row (greedy's step): the prediction for output n, commits exactly one token. The
-    predictions of the rest of the window are the guesses themselves (not verified: the next window's)."""
-    logits, cache = step_fn(previous, n[:, None], causal_window_mask(n, 1, cache_length), s.cache, n)
-    predicted = best_tokens(logits)  # [B, 1]
-    accepted, done = commit(s.guess[:, :1], predicted, n, caps, s.done)
-    predictions = jnp.concatenate([predicted, s.guess[:, 1:]], axis=1)
-    return accepted, done, predictions, cache, traced(previous, logits, predicted), None
-
-  def wide_call(s, n, previous, context):
-    """The W-wide window (and the self-draft's mask slots): commits the longest verified prefix."""
+  def advance(s):
+    n = s.committed  # [B]
+    previous = jnp.take_along_axis(s.tokens, n[:, None], axis=1)  # [B, 1]: output n-1 (BOS for n = 0)
     inputs = jnp.concatenate([previous, s.guess[:, :width - 1]], axis=1)  # [B, W]
     positions = n[:, None] + window[None, :]
-    draft_logits = None
     if drafting:
+      context = jnp.where(s.guess_is_draft, width - 1, 0)  # [B]: where the draft block starts
       logits, cache = step_fn(jnp.concatenate([inputs, jnp.full_like(inputs, mask_id)], 1),
                               jnp.concatenate([positions, positions + context[:, None]], 1),
                               draft_window_mask(n, context, width, cache_length), s.cache, n)
@@ -201,23 +172,6 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
       logits, cache = step_fn(inputs, positions, causal_window_mask(n, width, cache_length), s.cache, n)
     predictions = best_tokens(logits)  # [B, W]: for outputs n .. n + W - 1
     accepted, done = commit(s.guess, predictions, n, caps, s.done)
-    return accepted, done, predictions, cache, traced(inputs, logits, predictions), draft_logits
-
-  def wants_wide(s):
-    """The gate: enough of the unfinished rows hold a draft from the drafter."""
-    unfinished = ~s.done
-    drafted = jnp.sum(unfinished & s.guess_is_draft)
-    # drafted >= gate * unfinished, for integers: float32 makes 0.6 * 25 = 15.000001, so allow 1e-3 below.
-    return (drafted > 0) & (drafted >= draft_gate * jnp.sum(unfinished) - 1e-3)
-
-  def advance(s, wide: bool):
-    n = s.committed  # [B]
-    previous = jnp.take_along_axis(s.tokens, n[:, None], axis=1)  # [B, 1]: output n-1 (BOS for n = 0)
-    context = jnp.where(s.guess_is_draft, width - 1, 0) if drafting else None  # [B]: where the draft block starts
-    if wide:
-      accepted, done, predictions, cache, shown, draft_logits = wide_call(s, n, previous, context)
-    else:
-      accepted, done, predictions, cache, shown, draft_logits = narrow_call(s, n, previous)
     committed = n + accepted
 
     # Predictions go to tokens[n + 1 ..]; those past the verified prefix are overwritten later.
@@ -245,7 +199,6 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
       # tokens[1 .. committed] are final: the drafter continues them (it reads nothing past `committed`).
       drafted, found = drafter(tokens, committed, width)
       guess = jnp.where(found[:, None], drafted, guess)
-      guess_is_draft = found
     draft_cache = s.draft_cache
     if draft_model is not None and width > 1:
       guess, draft_cache = draft_model_lib.draft(draft_model, draft_cache, tokens, n, accepted, width)
@@ -253,35 +206,24 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
 
     trace = s.trace
     if trace is not None:
+      probs = jnp.take_along_axis(jax.nn.softmax(logits.astype(jnp.float32)), predictions[..., None], -1)[..., 0]
       pad = lambda x: jnp.pad(x, ((0, 0), (0, trace.predictions.shape[2] - width)))
-      inputs, shown_predictions, probs = shown
       trace = JacobiTrace(
           trace.start.at[s.iteration].set(n),
           trace.inputs.at[s.iteration].set(pad(inputs)),
-          trace.predictions.at[s.iteration].set(pad(shown_predictions)),
+          trace.predictions.at[s.iteration].set(pad(predictions)),
           trace.probabilities.at[s.iteration].set(pad(probs)),
           trace.accepted.at[s.iteration].set(accepted))
     return JacobiState(s.iteration + 1, tokens, committed, guess, done, s.calls + (~s.done).astype(jnp.int32),
                        cache, trace, guess_is_draft, draft_cache)
 
-  if not gated:
-    return jax.lax.while_loop(not_finished, lambda s: advance(s, wide=True), state)
-
-  # Gated: narrow calls while the gate is shut, then wide calls while it is open, and again. Two inner loops
-  # rather than a lax.cond per call: XLA:CPU copies a conditional's operands, the whole KV cache among them,
-  # on every call (a note in docs/BENCHMARKS.md section 7, "Gated wide calls"); a loop copies its state at
-  # most when the gate opens or shuts.
-  def run_while(open_gate: bool):
-    keep_going = lambda s: not_finished(s) & (wants_wide(s) == open_gate)
-    return lambda s: jax.lax.while_loop(keep_going, lambda t: advance(t, wide=open_gate), s)
-  return jax.lax.while_loop(not_finished, lambda s: run_while(True)(run_while(False)(s)), state)
+  return jax.lax.while_loop(not_finished, advance, state)
 
 
 def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_length: int, block_size: int,
                   parallel_length: int | None = None, initializer: Initializer = pad_initializer,
                   return_trace: bool = False, row_caps: jax.Array | None = None, mask_id: int | None = None,
-                  drafter: PrefixDrafter | None = None, draft_model: draft_model_lib.DraftModel | None = None,
-                  draft_gate: float | None = None):
+                  drafter: PrefixDrafter | None = None, draft_model: draft_model_lib.DraftModel | None = None):
   """Hybrid GS-Jacobi decoding; PJ and PGJ are its special cases (see module docstring).
 
   Args:
@@ -301,10 +243,6 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
       cache then needs max_length + 2 * block_size slots.
     drafter: a PrefixDrafter (e.g. ngram_drafter): after every commit, its drafts of the next window replace
       Jacobi's guesses where it finds any. Not with mask_id.
-    draft_gate: with a drafter, in (0, 1]: a call is block_size wide only when at least this fraction of the
-      unfinished rows hold the drafter's draft, else one position wide (greedy's step: cheaper, and it gives
-      up only Jacobi's own occasional hits for the rows without a draft). At batch 1: wide exactly when the
-      row has a draft. None: every call is block_size wide (DecodeSettings.draft_gate = 0 maps to None).
     draft_model: a separate drafter model (fastmt/decoding/draft_model.py) whose drafts are the guesses of
       every window, the first included; its cache needs draft_model.cache_slots(max_length, block_size)
       slots. Not with mask_id or drafter.
@@ -314,9 +252,6 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
   """
   if block_size < 1:
     raise ValueError(f'block_size must be >= 1, got {block_size}')
-  if draft_gate is not None and (drafter is None or not 0 < draft_gate <= 1):
-    raise ValueError(f'draft_gate needs a prefix drafter and a fraction in (0, 1], got {draft_gate}'
-                     f'{"" if drafter is not None else " without a drafter"}')
   if sum(x is not None for x in (drafter, mask_id, draft_model)) > 1:
     raise ValueError('give one of a prefix drafter, self-drafting (mask_id) and a drafter model, not several')
   block_size = min(block_size, max_length)
@@ -351,7 +286,7 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
   state = JacobiState(jnp.int32(0), tokens, zeros, first_guesses, caps <= 0, zeros, cache, trace, zeros > 0,
                       draft_cache)
   state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer, caps, mask_id, drafter,
-                       draft_model, draft_gate)
+                       draft_model)
   if parallel_length < max_length:
     state = _jacobi_loop(step_fn, state, 1, max_length, max_length, initializer, caps)
   outputs = state.tokens[:, 1:max_length + 1]

@@ -106,28 +106,9 @@ _jacobi_cache = lambda width: (lambda max_len, s: max_len + min(width(s, max_len
 DRAFTERS = ('self', 'ngram', 'model', 'bigram', 'pad')
 
 
-# --drafter ngram's draft_gate when the caller gives none: 0, every call W wide. The gate (0.5 measured best,
-# docs/BENCHMARKS.md section 7, "Gated wide calls") is opt-in until the segfault that one CI run met while
-# compiling a gated decoder (XLA:CPU, once in a full test run, not reproduced alone) is understood.
-DEFAULT_DRAFT_GATE = 0.0
-
-
-def draft_gate(settings) -> float | None:
-  """The gate jacobi_decode gets: settings.draft_gate, else ngram's default; None = every call W wide."""
-  if settings.drafter != 'ngram':
-    return None
-  gate = DEFAULT_DRAFT_GATE if settings.draft_gate is None else settings.draft_gate
-  return gate or None
-
-
 def _check_spec(settings):
   if settings.drafter not in DRAFTERS:
     raise FastmtError(f'drafter must be one of {DRAFTERS}, got {settings.drafter!r}')
-  if settings.draft_gate is not None:
-    if settings.drafter != 'ngram':
-      raise FastmtError(f'draft_gate gates the ngram drafter\'s wide calls; --drafter {settings.drafter} has none')
-    if not 0 <= settings.draft_gate <= 1:
-      raise FastmtError(f'draft_gate is a fraction of the rows in [0, 1] (0 = always wide), got {settings.draft_gate}')
   if settings.block_size < 2:
     raise FastmtError(f'--algorithm spec needs block_size >= 2 (a window of 1 is greedy), got {settings.block_size}')
   _check_jacobi(settings)
@@ -159,7 +140,7 @@ def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None, dra
   # guesses stand (the window's unverified predictions, shifted; the initializer's for new positions).
   drafter = jacobi.ngram_drafter(source) if s.drafter == 'ngram' else None
   return jacobi.pgj_decode(step_fn, cache, batch, max_len, s.block_size, initializer=initializer, row_caps=caps,
-                           mask_id=mask_id, drafter=drafter, draft_model=draft_model, draft_gate=draft_gate(s))
+                           mask_id=mask_id, drafter=drafter, draft_model=draft_model)
 
 
 def _spec_cache(max_len, s):
@@ -217,9 +198,6 @@ def get(name: str) -> Algorithm:
 
 def validate(settings) -> None:
   get(settings.algorithm).check(settings)
-  if settings.draft_gate is not None and settings.algorithm != 'spec':
-    raise FastmtError(f'draft_gate gates --algorithm spec --drafter ngram; --algorithm {settings.algorithm} has no '
-                      'drafts')
 
 
 # The algorithm that validation BLEU and a plain decode use for each objective's models.
