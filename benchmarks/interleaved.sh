@@ -15,7 +15,7 @@
 #
 # Environment: RUNS, TEACHER (a work directory; default: train configs/quickstart.py into RUNS/teacher), STEPS
 # (optimiser steps per row; 0 = the config's own), TOKENS (padded tokens per side per batch; 0 = the config's),
-# SHAPE (quickstart | e6d1 | e12d1), ROWS (names below), PARALLEL (1 = train the rows at once: a large GPU),
+# SHAPE (quickstart | e6d6 | e6d1 | e12d1), ROWS (names below), PARALLEL (1 = train the rows at once: a large GPU),
 # EXTRA (more --config overrides for every row), PY, BENCH_FLAGS (more fastmt.bench flags).
 set -euo pipefail
 # shellcheck source=benchmarks/lib.sh

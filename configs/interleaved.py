@@ -15,16 +15,17 @@ The first part of the argument picks the factorisation:
                   embeddings (Eqs. 9-11)
     ib_vanilla_mask, ib_vanilla_positions   the ablations of Table 2: IBDecoder with the causal mask M(1, 1) /
                   with positions 0, 1, 2, ... of the reordered sequence
-The optional second part picks the shape: the quickstart's (default), a RoyalFlush student's (e6d1, e12d1;
-configs/e6d1.py, configs/e12d1.py) or the notebooks' (small, configs/small.py). Everything else (data, optimiser, steps) is the shape's config, so every
+The optional second part picks the shape: the quickstart's (default), a RoyalFlush student's (e6d6, e6d1, e12d1;
+configs/e6d6.py, ...: e6d6 is the paper's 6-layer decoder, the shape of the one-GPU table) or the notebooks'
+(small, configs/small.py). Everything else (data, optimiser, steps) is the shape's config, so every
 row of a table differs only in its factorisation.
 """
 
 import ml_collections
 
-from fastmt.configs import e12d1, e6d1, quickstart, small
+from fastmt.configs import e12d1, e6d1, e6d6, quickstart, small
 
-SHAPES = {'quickstart': quickstart, 'e6d1': e6d1, 'e12d1': e12d1, 'small': small}
+SHAPES = {'quickstart': quickstart, 'e6d6': e6d6, 'e6d1': e6d1, 'e12d1': e12d1, 'small': small}
 
 FACTORISATIONS = {
     'ib': dict(directions=2, words_per_direction=1),
