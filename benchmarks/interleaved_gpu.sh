@@ -10,9 +10,20 @@
 #
 #   nohup bash benchmarks/interleaved_gpu.sh > runs/ib_gpu.out 2>&1 &
 #   FIRST_STAGES=none bash benchmarks/interleaved_gpu.sh      # reuse RUNS/teacher_avg5 and RUNS/kd_en_de
+#   # speed on the GPU from raw rows only (no teacher), BENCHMARKS section 5 "On one GPU":
+#   FIRST_STAGES=none STEPS=1000 ROWS="at_raw:at:raw ib_raw:ib:raw ib_sa_raw:ib_sa:raw" BASELINE=at_raw \
+#     METHODS=greedy,ib RUNS=runs/ibs bash benchmarks/interleaved_gpu.sh
+#
+# On a bare machine without the pinned environment (a lent GPU): install fastmt so that fastmt.configs
+# resolves (pip install --no-deps -e .), carry the wheels the image lacks (ml_collections, tensorflow-datasets
+# and its needs, array_record, tensorboardX, importlib_resources, ...) and a copy of the prepared corpus
+# (FASTMT_CACHE=DIR holding tfds/), and keep XLA's GPU autotuning on: --xla_gpu_autotune_level=0 made the
+# teacher's steps about 7x slower on an H100.
 #
 # Environment: RUNS (default runs/ib_gpu), TEACHER_STEPS (5000), STEPS (4000 per row), TOKENS (8192 padded
-# tokens per side per batch), SHAPE (e6d6), ROWS (interleaved.sh's names), PY, EXTRA (more --config overrides,
+# tokens per side per batch), SHAPE (e6d6), ROWS (interleaved.sh's names), BASELINE (the row every
+# speed-up is against, default at_kd), METHODS (the table's, default greedy,beam:4,ib,ib:4), PY, EXTRA (more
+# --config overrides,
 # e.g. --config.dataset.data_dir=DIR on a machine with no package index: FASTMT_CACHE=DIR works too),
 # BENCH_FLAGS (more flags for the table's fastmt.bench, e.g. a smoke run's --limit 16 --speed_sentences 4).
 set -uo pipefail
@@ -22,11 +33,12 @@ export TEACHER_STEPS=${TEACHER_STEPS:-5000} STEPS=${STEPS:-4000} TOKENS=${TOKENS
 export STUDENT_STEPS=$STEPS DISTILL_BATCH=${DISTILL_BATCH:-512}
 # Two training buckets; no BLEU during training (the bench scores every row at the end).
 export EXTRA=${EXTRA:-"--config.bucket_lengths=(32,64) --config.eval_bleu_sentences=0"}
+BASELINE=${BASELINE:-at_kd} METHODS=${METHODS:-greedy,beam:4,ib,ib:4}
 ROWS=${ROWS:-"at_kd:at:kd ib_kd:ib:kd sa_kd:sa:kd ib_sa_kd:ib_sa:kd im_kd:im:kd at_raw:at:raw ib_raw:ib:raw"}
 X=$RUNS/export
 mkdir -p "$X"
 log() { echo "[$(date +%T)] $*" >> "$X/progress.txt"; }
-log "start: teacher $TEACHER_STEPS steps, rows $STEPS steps x $TOKENS tokens at $SHAPE"
+log "start: stages '${FIRST_STAGES-teacher distill}' (teacher $TEACHER_STEPS steps), rows $STEPS steps x $TOKENS tokens at $SHAPE"
 
 STAGES=${FIRST_STAGES-"teacher distill"} bash benchmarks/royalflush.sh > "$RUNS/teacher_distill.log" 2>&1
 log "teacher+distill rc $?"
@@ -48,16 +60,17 @@ done
 wait
 log "all trained"
 
-# The table: every row side by side in one process (the bench skips the methods a row cannot run).
+# The table: every row side by side in one process against BASELINE's greedy (the bench skips the methods a
+# row cannot run).
 compare=()
 for spec in $ROWS; do
   name=${spec%%:*}
-  if [[ $name != at_kd && -d $RUNS/${name}_avg5 ]]; then compare+=("$RUNS/${name}_avg5"); fi
+  if [[ $name != "$BASELINE" && -d $RUNS/${name}_avg5 ]]; then compare+=("$RUNS/${name}_avg5"); fi
 done
-$PY -m fastmt.bench --workdir "$RUNS/at_kd_avg5" --split test --methods greedy,beam:4,ib,ib:4 \
+$PY -m fastmt.bench --workdir "$RUNS/${BASELINE}_avg5" --split test --methods "$METHODS" \
   --compare "$(IFS=,; echo "${compare[*]}")" --exactness_at_batch1=false --nofloor --repeats 3 \
   --output_dir "$RUNS/eval" ${BENCH_FLAGS:-} > "$RUNS/eval.log" 2>&1
 log "eval rc $?"
-$PY benchmarks/interleaved_table.py --runs "$RUNS" --eval_dir "$RUNS/eval" > "$RUNS/eval/interleaved.md" 2>&1
+$PY benchmarks/interleaved_table.py --runs "$RUNS" --eval_dir "$RUNS/eval" --baseline "$BASELINE" > "$RUNS/eval/interleaved.md" 2>&1
 cp "$RUNS/eval/results.json" "$X/results.json"; cp "$RUNS/eval/table.md" "$RUNS/eval/interleaved.md" "$X/"
 log done

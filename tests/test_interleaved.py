@@ -329,6 +329,8 @@ def test_interleaved_configs_build():
   im = configs.get_config('im,e6d1')
   assert (im.interleaving.directions, im.model.num_directions, im.model.num_encoder_layers) == (4, 4, 6)
   assert configs.get_config('ib_vanilla_mask').interleaving.mask == 'causal'
+  deep = configs.get_config('ib_sa,e6d6')  # the one-GPU table's shape: the paper's 6-layer decoder
+  assert (deep.model.num_decoder_layers, deep.interleaving.words_per_direction) == (6, 2)
   with pytest.raises(ValueError):
     configs.get_config('ib,e99')
 
