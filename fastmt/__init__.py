@@ -18,6 +18,32 @@ __version__ = '0.1.0'
 __all__ = ['FastmtError', 'TranslationModel', 'load']
 
 
+def _configs_of_a_source_checkout():
+  """Makes the checkout's configs/ folder `fastmt.configs` when fastmt runs from a plain clone.
+
+  setup.cfg installs configs/ as fastmt.configs (`pip install -e .`, `make setup`). A clone run without
+  installing (`python train.py ...` with the dependencies present: a lent GPU machine, a Colab cell) would
+  otherwise fail on `from fastmt import configs`; the folder beside this package is the same files.
+  """
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  if importlib.util.find_spec(f'{__name__}.configs') is not None:
+    return
+  folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')
+  if not os.path.isfile(os.path.join(folder, '__init__.py')):
+    return
+  spec = importlib.util.spec_from_file_location(f'{__name__}.configs', os.path.join(folder, '__init__.py'),
+                                                submodule_search_locations=[folder])
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module
+  spec.loader.exec_module(module)
+  setattr(sys.modules[__name__], 'configs', module)  # what the import system does for a found submodule
+
+
+_configs_of_a_source_checkout()
+
+
 def load(workdir: str, checkpoint='latest', dtype: str = 'float32'):
   """A trained work directory as a fastmt.api.TranslationModel (see fastmt.api.load)."""
   from fastmt import api  # pylint: disable=g-import-not-at-top  (keeps `import fastmt` free of JAX)

@@ -105,3 +105,16 @@ def test_inference_does_not_import_the_training_stack():
   result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=REPO)
   assert result.returncode == 0, result.stderr
   assert result.stdout.strip() == '[]', result.stdout
+
+
+def test_a_plain_clone_runs_without_being_installed():
+  """`python train.py` in a clone that was never `pip install`ed (the dependencies alone present): configs/
+  is fastmt.configs there too. -S keeps the editable install's import hook out, as on such a machine."""
+  import site  # pylint: disable=g-import-not-at-top
+  env = {**os.environ, 'PYTHONPATH': os.pathsep.join(site.getsitepackages())}
+  code = ('import sys, fastmt; from fastmt.configs import interleaved, quickstart; '
+          'assert fastmt.configs.__file__.startswith(sys.argv[1]), fastmt.configs.__file__; '
+          'assert interleaved.get_config("ib").objective == "interleaved"; assert "jax" not in sys.modules')
+  result = subprocess.run([sys.executable, '-S', '-c', code, str(REPO / 'configs')], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, result.stderr
