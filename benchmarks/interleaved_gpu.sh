@@ -14,8 +14,9 @@
 #   FIRST_STAGES=none STEPS=1000 ROWS="at_raw:at:raw ib_raw:ib:raw ib_sa_raw:ib_sa:raw" BASELINE=at_raw \
 #     METHODS=greedy,ib RUNS=runs/ibs bash benchmarks/interleaved_gpu.sh
 #
-# On a bare machine without the pinned environment (a lent GPU; a plain clone runs uninstalled), carry the wheels the image lacks (ml_collections, tensorflow-datasets
-# and its needs, array_record, tensorboardX, importlib_resources, ...) and a copy of the prepared corpus
+# On a bare machine without the pinned environment (a lent GPU; a plain clone runs uninstalled), carry the
+# wheels the image lacks (ml_collections, tensorflow-datasets and its needs, array_record, tensorboardX,
+# importlib_resources, ...) and a copy of the prepared corpus
 # (FASTMT_CACHE=DIR holding tfds/), and keep XLA's GPU autotuning on: --xla_gpu_autotune_level=0 made the
 # teacher's steps about 7x slower on an H100.
 #
