@@ -250,8 +250,16 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
       workdir=workdir, checkpoint_step=step, model_config=dataclasses.asdict(model_config), sentences=len(sources),
       speed_sentences=min(speed_sentences, len(sources)), large_batch_sentences=large_batch_sentences,
       batch_size=batch_size, repeats=repeats, compared_with=list(compare_workdirs), drafter_workdir=drafter_workdir,
-      **signatures)
+      objectives=objectives_of([workdir, *compare_workdirs]), **signatures)
   return results, environment, hypotheses
+
+
+def objectives_of(workdirs) -> dict:
+  """{work directory's base name (a compared row's label prefix): its objective and options}: results.json
+  then describes every row by itself, after the work directories are gone (copied off a lent machine)."""
+  return {os.path.basename(os.path.normpath(d)): {'objective': workdir_lib.load_objective(d),
+                                                   'options': workdir_lib.load_objective_options(d)}
+          for d in workdirs}
 
 
 def _rotated(items, k):

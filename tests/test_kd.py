@@ -186,6 +186,9 @@ def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(train
   assert hypotheses['twin/greedy'] == hypotheses['greedy']  # the same weights translate the same
   assert results[1].identical_to_greedy == '4/4' and results[1].speedup_b1 > 0
   assert environment['compared_with'] == [twin]
+  # every row's objective rides in results.json (tables are rebuilt from it after the work directories are gone)
+  assert set(environment['objectives']) == {os.path.basename(trained_workdir), 'twin'}
+  assert environment['objectives']['twin']['objective'] == workdir_lib.load_objective(trained_workdir)
   with pytest.raises(ValueError, match="named 'twin'"):
     bench.build_comparison(trained_workdir, [twin, twin], ['greedy'])
 
