@@ -21,17 +21,19 @@ import json
 import os
 
 
-def slots_of(runs: str, name: str, environment: dict) -> tuple[int, int]:
+def slots_of(runs: str, name: str, environment: dict) -> tuple[int, int] | None:
   """(h, c) of row `name`: from results.json (fastmt.bench records every row's objective), else from the run's
-  work directory (results.json written before it did)."""
+  work directory (results.json written before it did); None if neither says."""
   recorded = environment.get('objectives', {})
   entry = recorded.get(f'{name}_avg5', recorded.get(name))
   if entry is not None:
     options = entry.get('options') or {}
   else:
-    path = os.path.join(runs, name, 'objective.json')
+    path = os.path.join(runs, f'{name}_avg5', 'objective.json')
     if not os.path.exists(path):
-      return 1, 1
+      path = os.path.join(runs, name, 'objective.json')
+    if not os.path.exists(path):
+      return None
     with open(path) as f:
       options = json.load(f).get('options', {})
   return options.get('directions', 1), options.get('words_per_direction', 1)
@@ -70,13 +72,15 @@ def main():
         '| ideal b1 | measured / ideal | speed-up b32 | beam 4 speed-up b1 |')
   print('|---|---|---|---|---|---|---|---|---|---|---|---|')
   for name in names:
-    h, c = slots_of(args.runs, name, data['environment'])
+    slots = slots_of(args.runs, name, data['environment'])
     prefix = '' if name == args.baseline else f'{name}_avg5/'
-    greedy = results.get(prefix + ('greedy' if (h, c) == (1, 1) else 'ib'))
-    beam = results.get(prefix + ('beam:4' if (h, c) == (1, 1) else 'ib:4'))
+    interleaved = prefix + 'ib' in results if slots is None else slots != (1, 1)  # unknown: what the row ran
+    greedy = results.get(prefix + ('ib' if interleaved else 'greedy'))
+    beam = results.get(prefix + ('ib:4' if interleaved else 'beam:4'))
     if greedy is None:
       continue
-    z = h * c
+    h, c = slots or ('?', '?')
+    z = h * c if slots else None
     ideal = float('nan')
     if curve and z in curve:
       at_model_ms = encoder_ms + at['decoder_calls_per_sentence'] * curve[1]  # AT's own time, if ideal

@@ -15,9 +15,9 @@ The first part of the argument picks the factorisation:
                   embeddings (Eqs. 9-11)
     ib_vanilla_mask, ib_vanilla_positions   the ablations of Table 2: IBDecoder with the causal mask M(1, 1) /
                   with positions 0, 1, 2, ... of the reordered sequence
-The optional second part picks the shape: the quickstart's (default), a RoyalFlush student's (e6d6, e6d1, e12d1;
-configs/e6d6.py, ...: e6d6 is the paper's 6-layer decoder, the shape of the one-GPU table) or the notebooks'
-(small, configs/small.py). Everything else (data, optimiser, steps) is the shape's config, so every
+The optional second part picks the shape: the quickstart's (default), one of the RoyalFlush table's (e6d6, the
+deep-decoder baseline with the paper's 6 decoder layers at d256, the one-GPU table's shape; the students e6d1,
+e12d1: configs/e6d6.py, ...) or the notebooks' (small, configs/small.py). Everything else (data, optimiser, steps) is the shape's config, so every
 row of a table differs only in its factorisation.
 """
 

@@ -23,21 +23,32 @@ def _configs_of_a_source_checkout():
 
   setup.cfg installs configs/ as fastmt.configs (`pip install -e .`, `make setup`). A clone run without
   installing (`python train.py ...` with the dependencies present: a lent GPU machine, a Colab cell) would
-  otherwise fail on `from fastmt import configs`; the folder beside this package is the same files.
+  otherwise fail on `from fastmt import configs`; the folder beside this package is the same files. Only in
+  fastmt's own checkout (its setup.cfg maps that folder so): another project's `configs` is never taken.
   """
   import importlib.util  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   if importlib.util.find_spec(f'{__name__}.configs') is not None:
     return
-  folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')
-  if not os.path.isfile(os.path.join(folder, '__init__.py')):
+  checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  folder = os.path.join(checkout, 'configs')
+  try:
+    with open(os.path.join(checkout, 'setup.cfg'), encoding='utf-8') as f:
+      ours = 'fastmt.configs = configs' in f.read()
+  except OSError:
+    ours = False
+  if not ours or not os.path.isfile(os.path.join(folder, '__init__.py')):
     return
   spec = importlib.util.spec_from_file_location(f'{__name__}.configs', os.path.join(folder, '__init__.py'),
                                                 submodule_search_locations=[folder])
   module = importlib.util.module_from_spec(spec)
   sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except BaseException:
+    del sys.modules[spec.name]  # as the import system does: no half-made module stays behind
+    raise
   setattr(sys.modules[__name__], 'configs', module)  # what the import system does for a found submodule
 
 

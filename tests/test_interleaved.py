@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import VOCAB, one_hot_logits, random_model, stub_cache, tiny_model_config
+from conftest import REPO, VOCAB, one_hot_logits, random_model, stub_cache, tiny_model_config
 from fastmt import models
 from fastmt.decoding import interleaving as order
 from fastmt.decoding.interleaved import interleaved_beam, interleaved_greedy, prune_outer_sum
@@ -367,3 +367,23 @@ def test_bench_method_names_of_the_new_decoders():
   assert parse_method('beam')[1].beam_size == 4
   with pytest.raises(FastmtError, match='dedup'):
     parse_method('ib+bigram')
+
+
+def test_the_table_reads_each_rows_factorisation_from_results_json(tmp_path):
+  """benchmarks/interleaved_table.py rebuilds the table from results.json alone (a GPU run's export comes back
+  without its work directories): fastmt.bench records each row's objective; older files fall back to the run
+  directory, else to '?'."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location('interleaved_table', REPO / 'benchmarks/interleaved_table.py')
+  table = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(table)
+  environment = {'objectives': {'ib_sa_kd_avg5': {'objective': 'interleaved',
+                                                  'options': {'directions': 2, 'words_per_direction': 2}},
+                                'at_kd_avg5': {'objective': 'at', 'options': {}}}}
+  assert table.slots_of(str(tmp_path), 'ib_sa_kd', environment) == (2, 2)
+  assert table.slots_of(str(tmp_path), 'at_kd', environment) == (1, 1)
+  assert table.slots_of(str(tmp_path), 'im_kd', environment) is None
+  (tmp_path / 'im_kd_avg5').mkdir()
+  (tmp_path / 'im_kd_avg5' / 'objective.json').write_text(
+      '{"objective": "interleaved", "options": {"directions": 4, "words_per_direction": 1}}')
+  assert table.slots_of(str(tmp_path), 'im_kd', {}) == (4, 1)

@@ -189,6 +189,7 @@ def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(train
   # every row's objective rides in results.json (tables are rebuilt from it after the work directories are gone)
   assert set(environment['objectives']) == {os.path.basename(trained_workdir), 'twin'}
   assert environment['objectives']['twin']['objective'] == workdir_lib.load_objective(trained_workdir)
+  assert environment['objectives']['twin']['options'] == workdir_lib.load_objective_options(trained_workdir)
   with pytest.raises(ValueError, match="named 'twin'"):
     bench.build_comparison(trained_workdir, [twin, twin], ['greedy'])
 
