@@ -13,7 +13,7 @@
 # An AT model whose vocabulary predates fastmt's reserved symbols works: fine-tuning appends them.
 # Environment: RUNS (default runs/hrt), AT (default: train configs/quickstart.py into RUNS/at), TEACHER (default
 # AT), KD (distilled targets; default RUNS/kd_en_de, distilled by TEACHER if missing), STEPS (per HRT row;
-# 0 = the config's), TOKENS, SHAPE (quickstart | e6d1 | e12d1: must be AT's shape), ROWS, PARALLEL, EXTRA, PY,
+# 0 = the config's), TOKENS, SHAPE (quickstart | e6d6 | e6d1 | e12d1: AT's shape), ROWS, PARALLEL, EXTRA, PY,
 # BENCH_FLAGS.
 set -euo pipefail
 # shellcheck source=benchmarks/lib.sh

@@ -13,12 +13,14 @@
 # Stage `model`: a separate drafter (configs/drafter.py: width 128, E2 D1, the selfdraft objective with blocks
 # of DRAFTER_W) trained from scratch on KD for DRAFTER_STEPS (default 2,400), averaged over its last
 # 5 checkpoints, then AT itself (untouched) decoded with DRAFTER_METHODS, its drafts verified: identical to
-# AT's greedy output, the drafter's encoder and calls counted in every timing.
+# AT's greedy output, the drafter's encoder and calls counted in every timing. Stage `model_train`: the
+# drafter alone (benchmarks/fast_decoders_gpu.sh times it beside the other decoders).
 #
 # Environment: RUNS (default runs/spec), AT (the model to fine-tune; it is also the baseline), KD (distilled
 # targets; default RUNS/kd_en_de, distilled by AT with beam KD_BEAM if missing: default 4; 1 = AT's own greedy
 # outputs, self-distillation, so that the mask slots learn the tokens the verifier will accept), WIDTHS (draft blocks to train, default
-# "4"), STEPS (per row; 0 = the config's), TOKENS, METHODS (bench methods), EXTRA, PY, BENCH_FLAGS.
+# "4"), SHAPE (the self-drafter's: quickstart | e6d6 | e6d1 | e12d1, AT's shape), STEPS (per row; 0 = the
+# config's), TOKENS, METHODS (bench methods), EXTRA, PY, BENCH_FLAGS.
 set -euo pipefail
 # shellcheck source=benchmarks/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -28,6 +30,7 @@ AT=${AT:-runs/quickstart}
 KD=${KD:-$RUNS/kd_en_de}
 WIDTHS=${WIDTHS:-4}
 STEPS=${STEPS:-0}
+SHAPE=${SHAPE:-quickstart}
 TOKENS=${TOKENS:-0}
 EXTRA=${EXTRA:-}
 BENCH_FLAGS=${BENCH_FLAGS:-}
@@ -52,12 +55,14 @@ if [[ -f $KD/manifest.json ]]; then
 fi
 
 if has_stage drafters; then
+  shape=""
+  if [[ $SHAPE != quickstart ]]; then shape=",$SHAPE"; fi
   for width in $WIDTHS; do
     name=selfdraft_w$width
     if [[ -d $RUNS/${name}_avg5 ]]; then echo "$name: done ($RUNS/${name}_avg5)"; continue; fi
     start=$(date +%s)
     # shellcheck disable=SC2046
-    $PY train.py --config "configs/selfdraft.py:w$width" --workdir "$RUNS/$name" --config.init_from="$AT" \
+    $PY train.py --config "configs/selfdraft.py:w$width$shape" --workdir "$RUNS/$name" --config.init_from="$AT" \
       --config.dataset.distilled_dir="$KD" --config.dataset.p_raw=0.0 $(training_flags "$STEPS")
     echo "$name: $(( $(date +%s) - start )) s of fine-tuning" | tee -a "$RUNS/training_seconds.txt"
     $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
@@ -74,8 +79,8 @@ if has_stage eval; then
   done
 fi
 
-if has_stage model; then
-  name=drafter_w$DRAFTER_W
+name=drafter_w$DRAFTER_W
+if has_stage model || has_stage model_train; then
   if [[ ! -d $RUNS/${name}_avg5 ]]; then
     start=$(date +%s)
     # shellcheck disable=SC2046
@@ -85,6 +90,8 @@ if has_stage model; then
     $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
     mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
   fi
+fi
+if has_stage model; then
   # shellcheck disable=SC2086
   $PY -m fastmt.bench --workdir "$AT" --split test --methods "$DRAFTER_METHODS" --drafter_workdir "$RUNS/${name}_avg5" \
     --batch_size 32 --nofloor --output_dir "$RUNS/eval_$name" $BENCH_FLAGS

@@ -8,17 +8,17 @@ royalflush-wmt22-efficiency.txt): one decoder trained on AT, CMLM, Skip-AT and S
     python decode.py --workdir runs/hrt_k2 --algorithm hrt --beam_size 5 --nat_beam_size 1
     python decode.py --workdir runs/hrt_k2 --algorithm greedy                   # C_d = 1: the AT task alone
 
-The argument: k2 | k3 | k4 (chunk size), then optionally ',e6d1' / ',e12d1' (a RoyalFlush student's shape)
-or ',small' (the notebooks', configs/small.py; default the quickstart's) and ',nocl' (no curriculum: the skip
-tasks from the first step, Table 5's -CL).
+The argument: k2 | k3 | k4 (chunk size), then optionally ',e6d6' (the one-GPU table's deep decoder), ',e6d1' /
+',e12d1' (a RoyalFlush student's shape) or ',small' (the notebooks', configs/small.py; default the quickstart's)
+and ',nocl' (no curriculum: the skip tasks from the first step, Table 5's -CL).
 Mixed distillation is `dataset.p_raw = 0.5` here (it applies once `dataset.distilled_dir` is given).
 """
 
 import ml_collections
 
-from fastmt.configs import e12d1, e6d1, quickstart, small
+from fastmt.configs import e12d1, e6d1, e6d6, quickstart, small
 
-SHAPES = {'quickstart': quickstart, 'e6d1': e6d1, 'e12d1': e12d1, 'small': small}
+SHAPES = {'quickstart': quickstart, 'e6d6': e6d6, 'e6d1': e6d1, 'e12d1': e12d1, 'small': small}
 
 
 def get_config(arg: str = 'k2'):

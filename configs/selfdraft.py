@@ -6,17 +6,18 @@ after a prefix, so that `--algorithm spec` drafts in the same decoder call that 
     python decode.py --workdir runs/selfdraft --algorithm spec --block_size 4   # == its greedy output, faster
     python decode.py --workdir runs/selfdraft --algorithm greedy                 # the AT task alone
 
-The argument: w2 .. w8 (W: the draft block = the speculative window), then optionally ',e6d1' / ',e12d1' (a
-RoyalFlush student's shape), ',small' (the notebooks') or ',drafter' (a separate drafter for any AT model,
-configs/drafter.py: `--drafter model`); default the quickstart's. Distilled targets (`dataset.distilled_dir`) make a
-model's greedy output more predictable, hence more drafts accepted, as for every fast decoder here.
+The argument: w2 .. w8 (W: the draft block = the speculative window), then optionally ',e6d6' (the one-GPU table's
+deep decoder), ',e6d1' / ',e12d1' (a RoyalFlush student's shape), ',small' (the notebooks') or ',drafter' (a
+separate drafter for any AT model, configs/drafter.py: `--drafter model`); default the quickstart's. Distilled
+targets (`dataset.distilled_dir`) make a model's greedy output more predictable, hence more drafts accepted, as for
+every fast decoder here.
 """
 
 import ml_collections
 
-from fastmt.configs import drafter, e12d1, e6d1, quickstart, small
+from fastmt.configs import drafter, e12d1, e6d1, e6d6, quickstart, small
 
-SHAPES = {'quickstart': quickstart, 'e6d1': e6d1, 'e12d1': e12d1, 'small': small, 'drafter': drafter}
+SHAPES = {'quickstart': quickstart, 'e6d6': e6d6, 'e6d1': e6d1, 'e12d1': e12d1, 'small': small, 'drafter': drafter}
 
 
 def get_config(arg: str = 'w4'):

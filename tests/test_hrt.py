@@ -158,6 +158,7 @@ def test_bad_settings_are_clear_errors():
   from fastmt.configs import hrt as configs  # pylint: disable=g-import-not-at-top
   assert configs.get_config('k3,e6d1,nocl').hrt.to_dict()['curriculum'] is False
   assert configs.get_config('k2,small').model.emb_dim == 128  # the notebooks' shape
+  assert configs.get_config('k2,e6d6').model.num_decoder_layers == 6  # the one-GPU table's
   with pytest.raises(ValueError):
     configs.get_config('k1')
 
