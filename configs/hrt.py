@@ -16,9 +16,7 @@ Mixed distillation is `dataset.p_raw = 0.5` here (it applies once `dataset.disti
 
 import ml_collections
 
-from fastmt.configs import e12d1, e6d1, e6d6, quickstart, small
-
-SHAPES = {'quickstart': quickstart, 'e6d6': e6d6, 'e6d1': e6d1, 'e12d1': e12d1, 'small': small}
+from fastmt.configs._shapes import SHAPES
 
 
 def get_config(arg: str = 'k2'):

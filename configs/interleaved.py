@@ -23,9 +23,7 @@ row of a table differs only in its factorisation.
 
 import ml_collections
 
-from fastmt.configs import e12d1, e6d1, e6d6, quickstart, small
-
-SHAPES = {'quickstart': quickstart, 'e6d6': e6d6, 'e6d1': e6d1, 'e12d1': e12d1, 'small': small}
+from fastmt.configs._shapes import SHAPES
 
 FACTORISATIONS = {
     'ib': dict(directions=2, words_per_direction=1),

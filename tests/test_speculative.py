@@ -318,6 +318,11 @@ def test_bad_spec_settings_are_clear_errors():
   from fastmt import objectives  # pylint: disable=g-import-not-at-top
   with pytest.raises(FastmtError, match='Unknown selfdraft keys'):
     objectives.selfdraft_from({'width': 3})
+  from fastmt.configs import selfdraft as configs  # pylint: disable=g-import-not-at-top
+  assert configs.get_config('w4,e6d6').model.num_decoder_layers == 6  # the shared shapes, e.g. the one-GPU table's
+  assert configs.get_config('w3,drafter').selfdraft.block_size == 3  # and the separate drafter's own
+  with pytest.raises(ValueError, match='Unknown options'):
+    configs.get_config('w4,e6d7')
 
 
 def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir, tiny_config, tmp_path):
