@@ -11,6 +11,7 @@
   fastmt.train_lib           train_and_evaluate(config, workdir)
   fastmt.workdir             configs, vocabulary and checkpoints of a work directory
   fastmt.bench               every method side by side; fastmt.ddgviz: Jacobi traces
+  fastmt.width               spec's window chosen by timing (greedy where no window pays)
   fastmt.errors              FastmtError: bad input, reported in one line by the command-line tools
 """
 

@@ -17,7 +17,7 @@ import dataclasses
 import os
 from typing import Iterable, Iterator, Sequence
 
-from fastmt import precision, workdir as workdir_lib
+from fastmt import precision, width, workdir as workdir_lib
 from fastmt.decoding import registry
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
@@ -65,6 +65,22 @@ class TranslationModel:
                                           self._load_clusters(clusters), draft_table, self.objective,
                                           objective_options=self.objective_options, draft_model=draft_model)
     return self._translators[key]
+
+  def choose_width(self, batch_size: int = 32, calibration=None, clusters: str | None = None, draft_model=None,
+                   **settings) -> int:
+    """The window W of algorithm='spec' (with these settings: drafter, ...) that translates fastest on this
+    machine at this batch size, or 1 where greedy itself is fastest: each of fastmt.width.WIDTHS and greedy
+    timed on `calibration` sentences (default: the work directory's validation split; fastmt.width). The
+    output is greedy's whatever W is; translate then with algorithm='spec', block_size=W (or 'greedy' for 1):
+    the timed translators are kept, compiled."""
+    if calibration is None:
+      if self.workdir is None:
+        raise FastmtError('choose_width needs calibration sentences: this model has no work directory')
+      calibration = width.calibration_sentences(self.workdir)
+    candidates = {1: self.translator('greedy', clusters)}
+    candidates.update({w: self.translator('spec', clusters, draft_model, **{**settings, 'block_size': w})
+                       for w in width.WIDTHS})
+    return width.AutoWidthTranslator(candidates, calibration).width_for(batch_size)
 
   def _load_draft_model(self, draft_model):
     if not isinstance(draft_model, str):

@@ -22,12 +22,16 @@ import numpy as np
 import sacrebleu
 
 from fastmt.data import corpus
-from fastmt import api, cli, decode_lib, precision, roofline, workdir as workdir_lib
+from fastmt import api, cli, decode_lib, precision, roofline, width, workdir as workdir_lib
 from fastmt.decoding import registry
 from fastmt.translate import DecodeSettings, Translator
 from fastmt.errors import FastmtError
 
 DEFAULT_METHODS = ('greedy', 'beam:4', 'pj', 'pgj:3', 'pgj:5', 'hgj:3')
+
+
+def is_auto(label: str) -> bool:
+  return label.partition('@')[0].partition('+')[0] == 'spec:auto'
 
 
 def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
@@ -37,7 +41,8 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   bigram drafter), '+ngram' (spec: prompt-lookup drafts), '+model' (spec: a separate drafter model,
   --drafter_workdir), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove
   repeated n-grams up to N) and '@bf16' (half precision), '@int8' or '@int8_layers' (8-bit, fastmt.quantize),
-  '@bf16_int8' or '@bf16_int8_layers' (both) -> (label, settings, dtype)."""
+  '@bf16_int8' or '@bf16_int8_layers' (both) -> (label, settings, dtype). 'spec:auto' is spec at the width
+  that times fastest per batch size (fastmt.width; its settings carry the widest candidate)."""
   label = spec
   spec, _, suffix = spec.partition('@')
   dtype = {'': 'float32', 'fp32': 'float32', 'bf16': 'bfloat16', 'int8': 'int8', 'int8_layers': 'int8_layers',
@@ -47,6 +52,8 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
                       '@bf16_int8_layers (or none for float32)')
   spec, _, init = spec.partition('+')
   name, *args = spec.split(':')
+  if name == 'spec' and args == ['auto']:
+    args = [str(width.WIDTHS[-1])]
   values = [int(a) for a in args]
   if name == 'ib' and init and not init.startswith('dedup'):
     raise FastmtError(f'Unknown suffix +{init} for ib: use +dedupN')
@@ -110,6 +117,11 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
   tokenizer = workdir_lib.load_tokenizer(workdir)
   translators = {}
   drafter = decode_lib.load_draft_model(drafter_workdir)
+
+  def translator(settings, dtype, table=None, draft_model=None):
+    return Translator(*precision.for_inference(model_config, params, dtype), tokenizer, settings,
+                      draft_table=table, objective=objective, objective_options=options, draft_model=draft_model)
+
   for label, settings, dtype in parsed:
     table = decode_lib.load_draft_table(workdir) if registry.uses_draft_table(settings) else None
     draft_model = None
@@ -118,9 +130,14 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
         raise FastmtError(f'{label} needs a drafter model: --drafter_workdir')
       draft_model = api.TranslationModel(drafter.config, drafter.params, drafter.tokenizer, drafter.objective,
                                          drafter.workdir, drafter.step, dtype)
-    translators[label] = Translator(*precision.for_inference(model_config, params, dtype), tokenizer, settings,
-                                    draft_table=table, objective=objective, objective_options=options,
-                                    draft_model=draft_model)
+    if is_auto(label):
+      candidates = {1: translator(DecodeSettings('greedy'), dtype)}  # the fallback: greedy's own step
+      candidates.update({w: translator(dataclasses.replace(settings, block_size=w), dtype, table, draft_model)
+                         for w in width.WIDTHS})
+      translators[label] = width.AutoWidthTranslator(candidates, width.calibration_sentences(workdir),
+                                                     log=lambda m, label=label: logging.info('%s: %s', label, m))
+    else:
+      translators[label] = translator(settings, dtype, table, draft_model)
   return translators, model_config, step
 
 
@@ -250,8 +267,16 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
       workdir=workdir, checkpoint_step=step, model_config=dataclasses.asdict(model_config), sentences=len(sources),
       speed_sentences=min(speed_sentences, len(sources)), large_batch_sentences=large_batch_sentences,
       batch_size=batch_size, repeats=repeats, compared_with=list(compare_workdirs), drafter_workdir=drafter_workdir,
-      objectives=objectives_of([workdir, *compare_workdirs]), **signatures)
+      objectives=objectives_of([workdir, *compare_workdirs]), auto_widths=auto_widths_of(translators),
+      **signatures)
   return results, environment, hypotheses
+
+
+def auto_widths_of(translators) -> dict:
+  """{spec:auto label: {batch size: {'width': the chosen W, 'median_s': {W: seconds per calibration pass}}}}."""
+  return {label: {str(batch): {'width': chosen, 'median_s': {str(w): s for w, s in medians.items()}}
+                  for batch, (chosen, medians) in t.choices.items()}
+          for label, t in translators.items() if isinstance(t, width.AutoWidthTranslator)}
 
 
 def objectives_of(workdirs) -> dict:
@@ -304,7 +329,7 @@ def define_flags():
   flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to translate (never 40-43: not in any split).')
   flags.DEFINE_list('methods', list(DEFAULT_METHODS),
                     'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L], spec:W (own drafts; spec:W+bigram, +ngram, '
-                    '+model, +pad), '
+                    '+model, +pad; spec:auto: the width that times fastest on validation sentences, 1 = greedy), '
                     'ib, ib:K, hrt, hrt:B_AT:B_NAT; append +bigram for Jacobi draft guesses (pgj:3+bigram) and @bf16 '
                     'for half precision (greedy@bf16). See parse_method.')
   flags.DEFINE_integer('batch_size', 32, 'The large batch.')

@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 import sacrebleu
 
-from fastmt import precision, progress, workdir as workdir_lib
+from fastmt import precision, progress, width, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.decoding import drafts, registry
 from fastmt.errors import FastmtError, MissingError
@@ -136,6 +136,24 @@ def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | 
   return Translator(model_config, params, tokenizer, settings, clusters, draft_table, objective,
                     objective_options=workdir_lib.load_objective_options(workdir),
                     draft_model=load_draft_model(drafter_workdir, dtype))
+
+
+def load_fastest_spec_translator(workdir: str, settings: DecodeSettings, batch_size: int,
+                                 clusters_dir: str | None = None, dtype: str = 'float32', checkpoint='latest',
+                                 drafter_workdir: str | None = None) -> tuple[DecodeSettings, Translator]:
+  """--algorithm spec --block_size auto: (settings, Translator) of whichever translates fastest at batch_size
+  here, greedy (the window of width 1) or spec with these settings at each width of fastmt.width.WIDTHS, timed
+  on the work directory's validation sentences (fastmt.width). The output is greedy's whichever wins."""
+  if settings.algorithm != 'spec':
+    raise FastmtError(f'--block_size auto chooses the window of --algorithm spec, not {settings.algorithm}')
+  candidates = {1: DecodeSettings('greedy', output_length_ratio=settings.output_length_ratio)}
+  candidates.update({w: dataclasses.replace(settings, block_size=w) for w in width.WIDTHS})
+  translators = {w: load_translator(workdir, s, clusters_dir, dtype, checkpoint,
+                                    drafter_workdir if s.algorithm == 'spec' else None)
+                 for w, s in candidates.items()}
+  chooser = width.AutoWidthTranslator(translators, width.calibration_sentences(workdir), log=logging.warning)
+  chosen = chooser.width_for(batch_size)
+  return candidates[chosen], translators[chosen]
 
 
 def load_draft_model(drafter_workdir: str | None, dtype: str = 'float32'):

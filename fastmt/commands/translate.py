@@ -41,7 +41,9 @@ def define_flags():
   flags.DEFINE_integer('nat_beam_size', 1, '--algorithm hrt: Skip-AT hypotheses (of --beam_size) that stage II fills.')
   flags.DEFINE_integer('dedup_ngram', 0, '--algorithm ib: remove immediately repeated n-grams up to this n '
                        '(the interleaved paper\'s optional deduplication; 0 = off).')
-  flags.DEFINE_integer('block_size', 3, 'Window width: Jacobi block size b (pgj, hgj); W of --algorithm spec.')
+  flags.DEFINE_string('block_size', '3', 'Window width: Jacobi block size b (pgj, hgj); W of --algorithm spec, or '
+                      'auto (spec: the fastest here of greedy and W = 2, 3, 4, each timed on the work directory\'s '
+                      'validation sentences at --batch_size; the output is greedy\'s either way).')
   flags.DEFINE_enum('drafter', 'self', list(registry.DRAFTERS), '--algorithm spec: who guesses the next window: '
                     'self (the model\'s own <mask> slots, in the verifying call; a selfdraft model), model (a '
                     'separate small selfdraft model with the same vocabulary: --drafter_workdir), ngram (what '
@@ -84,8 +86,13 @@ def main(argv):
     raise FastmtError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
   std_logging.getLogger().setLevel(std_logging.WARNING)
+  from fastmt import width  # pylint: disable=g-import-not-at-top
+  auto_width = FLAGS.block_size == 'auto'
+  if not auto_width and not FLAGS.block_size.isdigit():
+    raise FastmtError(f'--block_size must be a positive integer or auto, got {FLAGS.block_size!r}')
   settings = DecodeSettings(FLAGS.algorithm, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
-                            block_size=FLAGS.block_size, parallel_length=FLAGS.parallel_length,
+                            block_size=width.WIDTHS[-1] if auto_width else int(FLAGS.block_size),
+                            parallel_length=FLAGS.parallel_length,
                             jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram,
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
                             drafter=FLAGS.drafter)
@@ -94,8 +101,12 @@ def main(argv):
   clusters_dir = None
   if FLAGS.projection == 'clustered':
     clusters_dir = FLAGS.clusters or os.path.join(FLAGS.workdir, 'clusters', FLAGS.direction)
-  translator = decode_lib.load_translator(FLAGS.workdir, settings, clusters_dir, FLAGS.dtype, FLAGS.checkpoint,
-                                          FLAGS.drafter_workdir)
+  if auto_width:  # greedy (width 1) or spec at the width that times fastest here
+    settings, translator = decode_lib.load_fastest_spec_translator(
+        FLAGS.workdir, settings, FLAGS.batch_size, clusters_dir, FLAGS.dtype, FLAGS.checkpoint, FLAGS.drafter_workdir)
+  else:
+    translator = decode_lib.load_translator(FLAGS.workdir, settings, clusters_dir, FLAGS.dtype, FLAGS.checkpoint,
+                                            FLAGS.drafter_workdir)
   report = decode_lib.translate_file(translator, FLAGS.input, FLAGS.output, FLAGS.reference, FLAGS.batch_size,
                                      FLAGS.speed_sentences, FLAGS.input_errors,
                                      FLAGS.direction if FLAGS.tag_inputs else None, FLAGS.progress)

@@ -1,0 +1,77 @@
+"""The speculative window width chosen by timing: `spec:auto` (issue [spec]: the width chosen per drafter).
+
+A window of W positions pays only where the tokens a call commits outweigh what a W-wide call costs more than
+a one-position call, and that depends on the machine, the batch size, the model and the drafter: on 2 CPU cores
+no drafter of docs/BENCHMARKS.md section 7 pays at batch 32, while on a GPU a wide call costs barely more than a
+narrow one. So the width is measured where it runs, not modelled. Every candidate translates the same few
+calibration sentences at the batch size asked (never the sentences being scored: the bench passes validation
+sentences), one warm-up pass each (it compiles), then `repeats` rounds in rotated order; the fastest median
+wins. Width 1 is greedy's own step: every model that `spec` decodes also decodes greedily, and `spec`'s output
+*is* that greedy output, so falling back changes no token, only the speed. A wider window is chosen only if it
+beats greedy by `margin` (a timing's noise must not buy a loss). The step-cost curve (fastmt.roofline) predicts
+a call's cost but not the drafter's own cost or the loop's bookkeeping; timing the whole decoder counts all.
+"""
+
+import logging
+import statistics
+import time
+
+from fastmt.errors import FastmtError
+
+WIDTHS = (2, 3, 4)  # the candidate windows besides width 1 (greedy's step)
+CALIBRATION_SPLIT = 'validation'  # what the widths are timed on by default: never a split being scored
+
+
+def calibration_sentences(workdir: str, split: str = CALIBRATION_SPLIT) -> list[str]:
+  """The source sentences of a split of the work directory's dataset (default: validation)."""
+  from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.data import corpus  # pylint: disable=g-import-not-at-top
+  return corpus.load_split(workdir_lib.load_train_config(workdir).dataset, split).sources
+
+
+class AutoWidthTranslator:
+  """Translates with the fastest of several translators (by window width) at each batch size, chosen on first
+  use of that batch size by timing them on `calibration` sentences.
+
+  translators: {width: Translator}; width 1 must be the greedy translator (the fallback).
+  calibration: sentences to time on (e.g. the validation split's first ones; not the ones being scored).
+  """
+
+  def __init__(self, translators: dict, calibration, repeats: int = 5, margin: float = 0.02,
+               min_sentences: int = 24, log=logging.info, clock=time.perf_counter):
+    if 1 not in translators:
+      raise FastmtError('spec:auto needs width 1 (greedy, the fallback) among its candidates')
+    if not calibration:
+      raise FastmtError('spec:auto needs calibration sentences to time its candidate widths on')
+    self.translators = dict(sorted(translators.items()))
+    self.calibration = list(calibration)
+    self.repeats, self.margin, self.min_sentences, self.log = repeats, margin, min_sentences, log
+    self.clock = clock  # seconds; tests pass a fake one
+    self.choices = {}  # batch size -> (chosen width, {width: median seconds per calibration pass})
+
+  def width_for(self, batch_size: int) -> int:
+    if batch_size not in self.choices:
+      self.choices[batch_size] = self._choose(batch_size)
+    return self.choices[batch_size][0]
+
+  def _choose(self, batch_size: int):
+    sentences = self.calibration[:max(self.min_sentences, 2 * batch_size)]
+    for translator in self.translators.values():
+      translator.translate(sentences, batch_size)  # compiles this batch size's shapes
+    times = {width: [] for width in self.translators}
+    widths = list(self.translators)
+    for rep in range(self.repeats):
+      for width in widths[rep % len(widths):] + widths[:rep % len(widths)]:
+        start = self.clock()
+        self.translators[width].translate(sentences, batch_size)
+        times[width].append(self.clock() - start)
+    medians = {width: statistics.median(t) for width, t in times.items()}
+    fastest = min(medians, key=medians.get)
+    chosen = fastest if medians[fastest] < (1 - self.margin) * medians[1] else 1
+    self.log(f'spec:auto at batch {batch_size}: width {chosen} (median s per pass of {len(sentences)} '
+             f'calibration sentences: ' + ', '.join(f'W={w} {s:.3f}' for w, s in medians.items()) + ')')
+    return chosen, medians
+
+  def translate(self, texts, batch_size: int = 32):
+    """(hypotheses, TranslationStats) of the width chosen for this batch size."""
+    return self.translators[self.width_for(batch_size)].translate(texts, batch_size)

@@ -1,0 +1,113 @@
+"""spec:auto: the window width chosen by timing (fastmt/width.py), on fake translators with a fake clock, and
+end to end through the bench on the tiny trained model (output == greedy)."""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from fastmt import width
+from fastmt.errors import FastmtError
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+class FakeClock:
+  def __init__(self):
+    self.now = 0.0
+
+  def __call__(self):
+    return self.now
+
+
+class FakeTranslator:
+  """Costs `seconds_by_batch[batch_size]` of the fake clock per translate call; returns its name per line."""
+
+  def __init__(self, name, clock, seconds_by_batch):
+    self.name, self.clock, self.seconds_by_batch, self.calls = name, clock, seconds_by_batch, []
+
+  def translate(self, texts, batch_size=32):
+    self.calls.append((len(texts), batch_size))
+    self.clock.now += self.seconds_by_batch[batch_size]
+    return [self.name] * len(texts), None
+
+
+def auto(costs, **kwargs):
+  """An AutoWidthTranslator over fake translators: costs = {width: {batch_size: seconds per pass}}."""
+  clock = FakeClock()
+  translators = {w: FakeTranslator(f'W{w}', clock, c) for w, c in costs.items()}
+  return width.AutoWidthTranslator(translators, [f's{i}' for i in range(100)], clock=clock, log=lambda m: None,
+                                   **kwargs), translators
+
+
+def test_the_fastest_width_is_chosen_per_batch_size_and_only_once():
+  # A wide window pays at batch 1 (W=3 fastest), at batch 32 none does: greedy's step.
+  chooser, translators = auto({1: {1: 1.0, 32: 1.0}, 2: {1: 0.8, 32: 1.3}, 3: {1: 0.7, 32: 1.6}})
+  assert chooser.translate(['a', 'b'], batch_size=1)[0] == ['W3', 'W3']
+  assert chooser.translate(['a'], batch_size=32)[0] == ['W1']
+  assert chooser.width_for(1) == 3 and chooser.width_for(32) == 1
+  assert chooser.choices[1][1] == pytest.approx({1: 1.0, 2: 0.8, 3: 0.7})
+  # Calibration: one warm-up pass and 5 timed ones per width and batch size, on max(24, 2 B) sentences.
+  for w in (1, 2):
+    assert translators[w].calls.count((24, 1)) == 6 and translators[w].calls.count((64, 32)) == 6
+  calls = len(translators[3].calls)
+  chooser.translate(['a'], batch_size=1)
+  assert len(translators[3].calls) == calls + 1  # chosen before: no new calibration
+
+
+def test_a_wide_window_must_beat_greedy_by_the_margin():
+  chooser, _ = auto({1: {1: 1.0}, 2: {1: 0.99}})  # 1% faster: within a timing's noise
+  assert chooser.width_for(1) == 1
+  chooser, _ = auto({1: {1: 1.0}, 2: {1: 0.99}}, margin=0.0)
+  assert chooser.width_for(1) == 2
+
+
+def test_bad_candidates_are_clear_errors():
+  clock = FakeClock()
+  with pytest.raises(FastmtError, match='width 1'):
+    width.AutoWidthTranslator({2: FakeTranslator('W2', clock, {1: 1.0})}, ['s'])
+  with pytest.raises(FastmtError, match='calibration'):
+    width.AutoWidthTranslator({1: FakeTranslator('W1', clock, {1: 1.0})}, [])
+
+
+def test_spec_auto_in_the_bench_equals_greedy(trained_workdir, tiny_config):
+  from fastmt import bench  # pylint: disable=g-import-not-at-top
+  from fastmt.data import corpus  # pylint: disable=g-import-not-at-top
+  assert bench.is_auto('spec:auto+ngram@int8') and not bench.is_auto('spec:4+ngram')
+  assert bench.parse_method('spec:auto+ngram')[1].block_size == width.WIDTHS[-1]
+  translators, _, _ = bench.build_translators(trained_workdir, ['greedy', 'spec:auto+ngram'])
+  chooser = translators['spec:auto+ngram']
+  assert isinstance(chooser, width.AutoWidthTranslator) and sorted(chooser.translators) == [1, 2, 3, 4]
+  assert chooser.translators[1].settings.algorithm == 'greedy'
+  assert {chooser.translators[w].settings.block_size for w in (2, 3, 4)} == {2, 3, 4}
+  sources = corpus.load_split(tiny_config.dataset, 'test').sources[:6]
+  greedy, _ = translators['greedy'].translate(sources, 2)
+  for batch_size in (1, 2):
+    assert chooser.translate(sources, batch_size)[0] == greedy  # whichever width won
+  assert set(chooser.choices) == {1, 2}
+  recorded = bench.auto_widths_of(translators)  # what results.json keeps of the choice
+  assert set(recorded) == {'spec:auto+ngram'} and set(recorded['spec:auto+ngram']) == {'1', '2'}
+  assert recorded['spec:auto+ngram']['2']['width'] == chooser.width_for(2)
+  assert set(recorded['spec:auto+ngram']['2']['median_s']) == {'1', '2', '3', '4'}
+
+
+def test_the_library_and_decode_py_choose_a_width_and_translate_as_greedy(trained_workdir, tiny_config, tmp_path):
+  import fastmt  # pylint: disable=g-import-not-at-top
+  model = fastmt.load(trained_workdir)
+  chosen = model.choose_width(batch_size=2, drafter='ngram')
+  assert chosen in (1, *width.WIDTHS)
+  src = tmp_path / 'src.txt'
+  src.write_text('And God said, Let there be light.\n\nGod created the heaven.\n', encoding='utf-8')
+  greedy = model.translate(src.read_text().split('\n')[:3], batch_size=2)
+  result = subprocess.run(
+      [sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--input', str(src), '--output', '-',
+       '--algorithm', 'spec', '--drafter', 'ngram', '--block_size', 'auto', '--batch_size', '2', '--noprogress'],
+      capture_output=True, text=True, cwd=REPO)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.split('\n')[:3] == greedy and 'spec:auto at batch 2: width' in result.stderr
+  for flags, message in ((['--algorithm', 'greedy', '--block_size', 'auto'], 'window of --algorithm spec'),
+                         (['--algorithm', 'spec', '--block_size', 'wide'], 'positive integer or auto')):
+    result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--input',
+                             str(src), *flags], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr
