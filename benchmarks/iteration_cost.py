@@ -60,6 +60,8 @@ def main():
   runs = {}
   for item in args.runs.split(','):
     method, workdir = item.split('=', 1)
+    if bench.is_auto(method):
+      parser.error(f'{method}: this script times one decoder\'s loop; name a width (spec:2+ngram), not auto')
     label = f'{os.path.basename(os.path.normpath(workdir))}/{method}'
     if label in runs:
       parser.error(f'two rows would be named {label}')

@@ -77,7 +77,8 @@ class TranslationModel:
       if self.workdir is None:
         raise FastmtError('choose_width needs calibration sentences: this model has no work directory')
       calibration = width.calibration_sentences(self.workdir)
-    candidates = {1: self.translator('greedy', clusters)}
+    greedy = {k: v for k, v in settings.items() if k == 'output_length_ratio'}  # the same output caps
+    candidates = {1: self.translator('greedy', clusters, **greedy)}
     candidates.update({w: self.translator('spec', clusters, draft_model, **{**settings, 'block_size': w})
                        for w in width.WIDTHS})
     return width.AutoWidthTranslator(candidates, calibration).width_for(batch_size)

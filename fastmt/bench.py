@@ -34,15 +34,16 @@ def is_auto(label: str) -> bool:
   return label.partition('@')[0].partition('+')[0] == 'spec:auto'
 
 
-def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
+def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettings, str]:
   """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K) |
   'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT) | 'spec:W'
   (speculative, window W, the model's own drafts), then optionally '+bigram' (Jacobi draft guesses; spec: the
   bigram drafter), '+ngram' (spec: prompt-lookup drafts), '+model' (spec: a separate drafter model,
   --drafter_workdir), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove
   repeated n-grams up to N) and '@bf16' (half precision), '@int8' or '@int8_layers' (8-bit, fastmt.quantize),
-  '@bf16_int8' or '@bf16_int8_layers' (both) -> (label, settings, dtype). 'spec:auto' is spec at the width
-  that times fastest per batch size (fastmt.width; its settings carry the widest candidate)."""
+  '@bf16_int8' or '@bf16_int8_layers' (both) -> (label, settings, dtype). 'spec:auto' (allow_auto: the
+  bench's own translators) is spec at the width that times fastest per batch size (fastmt.width; its settings
+  carry the widest candidate); elsewhere a width must be named."""
   label = spec
   spec, _, suffix = spec.partition('@')
   dtype = {'': 'float32', 'fp32': 'float32', 'bf16': 'bfloat16', 'int8': 'int8', 'int8_layers': 'int8_layers',
@@ -53,6 +54,9 @@ def parse_method(spec: str) -> tuple[str, DecodeSettings, str]:
   spec, _, init = spec.partition('+')
   name, *args = spec.split(':')
   if name == 'spec' and args == ['auto']:
+    if not allow_auto:
+      raise FastmtError(f'{label}: spec:auto chooses among decoders by timing them (fastmt.bench, decode.py '
+                        '--block_size auto); name a width here, e.g. spec:2')
     args = [str(width.WIDTHS[-1])]
   values = [int(a) for a in args]
   if name == 'ib' and init and not init.startswith('dedup'):
@@ -110,7 +114,7 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
   model_config = workdir_lib.load_model_config(workdir)
   objective = workdir_lib.load_objective(workdir)
   options = workdir_lib.load_objective_options(workdir)
-  parsed = [m for m in map(parse_method, methods) if registry.decodes(m[1], objective)]
+  parsed = [m for m in (parse_method(x, allow_auto=True) for x in methods) if registry.decodes(m[1], objective)]
   if not parsed:
     raise FastmtError(f'None of the methods {list(methods)} decodes {workdir} (objective {objective!r})')
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
@@ -273,9 +277,11 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
 
 
 def auto_widths_of(translators) -> dict:
-  """{spec:auto label: {batch size: {'width': the chosen W, 'median_s': {W: seconds per calibration pass}}}}."""
-  return {label: {str(batch): {'width': chosen, 'median_s': {str(w): s for w, s in medians.items()}}
-                  for batch, (chosen, medians) in t.choices.items()}
+  """{spec:auto label: {batch size: {'width': the chosen W, 'median_s': {W: seconds per calibration pass},
+  'calibration_s': what choosing took (compiles included; inside the row's compile_s)}}}."""
+  return {label: {str(batch): {'width': chosen, 'median_s': {str(w): s for w, s in medians.items()},
+                               'calibration_s': seconds}
+                  for batch, (chosen, medians, seconds) in t.choices.items()}
           for label, t in translators.items() if isinstance(t, width.AutoWidthTranslator)}
 
 
@@ -386,6 +392,10 @@ def main(argv):
   sources, references = data.sources, data.targets
   if FLAGS.limit:
     sources, references = sources[:FLAGS.limit], references[:FLAGS.limit]
+  if FLAGS.split == width.CALIBRATION_SPLIT and any(map(is_auto, FLAGS.methods)):
+    logging.warning('spec:auto times its widths on the %s split, which this bench also scores: its choice '
+                    'has seen these sentences (the output is greedy\'s either way; the speed is not independent)',
+                    FLAGS.split)
   results, environment, hypotheses = run_benchmark(
       FLAGS.workdir, sources, references, FLAGS.methods, FLAGS.batch_size, FLAGS.speed_sentences,
       FLAGS.large_batch_sentences, FLAGS.repeats, FLAGS.exactness_at_batch1, compare_workdirs=FLAGS.compare,

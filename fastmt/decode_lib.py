@@ -19,7 +19,9 @@ import numpy as np
 import sacrebleu
 
 from fastmt import precision, progress, width, workdir as workdir_lib
+from fastmt.config import ModelConfig
 from fastmt.data import corpus
+from fastmt.data.tokenizer import Tokenizer
 from fastmt.decoding import drafts, registry
 from fastmt.errors import FastmtError, MissingError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
@@ -110,17 +112,32 @@ def load_draft_table(workdir: str) -> np.ndarray:
   return table
 
 
-def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | None = None,
-                    dtype: str = 'float32', checkpoint='latest', drafter_workdir: str | None = None) -> Translator:
-  """A workdir's checkpoint ('latest', 'best' or a step) as a Translator; clusters_dir selects the clustered
-  output projection (a direction without clusters falls back to the dense projection with a warning); dtype
-  'bfloat16' decodes in half precision, 'int8' / 'int8_layers' in 8 bits, 'bfloat16_int8[_layers]' both
-  (fastmt.precision.DTYPES); settings.jacobi_init='bigram' loads the draft table; drafter_workdir is the
-  separate drafter of --drafter model (its latest checkpoint, in the same dtype). An algorithm that cannot
-  decode the workdir's objective is an error before the weights load."""
+@dataclasses.dataclass
+class LoadedModel:
+  """What every Translator of one work directory's checkpoint shares: loaded once, however many decoders."""
+  workdir: str
+  config: ModelConfig  # in the inference precision
+  params: dict
+  tokenizer: Tokenizer
+  clusters: object  # clusters_lib's, or None: the dense projection
+  objective: str
+  objective_options: dict
+
+  def translator(self, settings: DecodeSettings, draft_model=None) -> Translator:
+    draft_table = load_draft_table(self.workdir) if registry.uses_draft_table(settings) else None
+    return Translator(self.config, self.params, self.tokenizer, settings, self.clusters, draft_table, self.objective,
+                      objective_options=self.objective_options, draft_model=draft_model)
+
+
+def load_model(workdir: str, algorithms=(), clusters_dir: str | None = None, dtype: str = 'float32',
+               checkpoint='latest') -> LoadedModel:
+  """A workdir's checkpoint ('latest', 'best' or a step) in `dtype`, with its clusters from clusters_dir (a
+  direction without clusters falls back to the dense projection with a warning). An algorithm of `algorithms`
+  that cannot decode the workdir's objective is an error before the weights load."""
   model_config = workdir_lib.load_model_config(workdir)
   objective = workdir_lib.load_objective(workdir)
-  registry.check_objective(settings.algorithm, objective)
+  for algorithm in algorithms:
+    registry.check_objective(algorithm, objective)
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
   logging.info('Loaded %s step %d', workdir, step)
   tokenizer = workdir_lib.load_tokenizer(workdir)
@@ -132,28 +149,50 @@ def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | 
     except FileNotFoundError as e:
       logging.warning('%s: using the dense projection for this direction', e)
   model_config, params = precision.for_inference(model_config, params, dtype)
-  draft_table = load_draft_table(workdir) if registry.uses_draft_table(settings) else None
-  return Translator(model_config, params, tokenizer, settings, clusters, draft_table, objective,
-                    objective_options=workdir_lib.load_objective_options(workdir),
-                    draft_model=load_draft_model(drafter_workdir, dtype))
+  return LoadedModel(workdir, model_config, params, tokenizer, clusters, objective,
+                     workdir_lib.load_objective_options(workdir))
+
+
+def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | None = None,
+                    dtype: str = 'float32', checkpoint='latest', drafter_workdir: str | None = None) -> Translator:
+  """A workdir's checkpoint ('latest', 'best' or a step) as a Translator; clusters_dir selects the clustered
+  output projection (a direction without clusters falls back to the dense projection with a warning); dtype
+  'bfloat16' decodes in half precision, 'int8' / 'int8_layers' in 8 bits, 'bfloat16_int8[_layers]' both
+  (fastmt.precision.DTYPES); settings.jacobi_init='bigram' loads the draft table; drafter_workdir is the
+  separate drafter of --drafter model (its latest checkpoint, in the same dtype). An algorithm that cannot
+  decode the workdir's objective is an error before the weights load."""
+  model = load_model(workdir, [settings.algorithm], clusters_dir, dtype, checkpoint)
+  return model.translator(settings, load_draft_model(drafter_workdir, dtype))
+
+
+@dataclasses.dataclass
+class WidthChoice:
+  """What --block_size auto chose: the width (1 = greedy), its settings and Translator, and every width's
+  median seconds per calibration pass."""
+  width: int
+  settings: DecodeSettings
+  translator: Translator
+  median_s: dict
 
 
 def load_fastest_spec_translator(workdir: str, settings: DecodeSettings, batch_size: int,
                                  clusters_dir: str | None = None, dtype: str = 'float32', checkpoint='latest',
-                                 drafter_workdir: str | None = None) -> tuple[DecodeSettings, Translator]:
-  """--algorithm spec --block_size auto: (settings, Translator) of whichever translates fastest at batch_size
-  here, greedy (the window of width 1) or spec with these settings at each width of fastmt.width.WIDTHS, timed
-  on the work directory's validation sentences (fastmt.width). The output is greedy's whichever wins."""
+                                 drafter_workdir: str | None = None) -> WidthChoice:
+  """--algorithm spec --block_size auto: whichever translates fastest at batch_size here, greedy (the window of
+  width 1) or spec with these settings at each width of fastmt.width.WIDTHS, timed on the work directory's
+  validation sentences (fastmt.width); the checkpoint and drafter load once. The output is greedy's whichever
+  wins."""
   if settings.algorithm != 'spec':
     raise FastmtError(f'--block_size auto chooses the window of --algorithm spec, not {settings.algorithm}')
+  model = load_model(workdir, ['spec', 'greedy'], clusters_dir, dtype, checkpoint)
+  draft_model = load_draft_model(drafter_workdir, dtype)
   candidates = {1: DecodeSettings('greedy', output_length_ratio=settings.output_length_ratio)}
   candidates.update({w: dataclasses.replace(settings, block_size=w) for w in width.WIDTHS})
-  translators = {w: load_translator(workdir, s, clusters_dir, dtype, checkpoint,
-                                    drafter_workdir if s.algorithm == 'spec' else None)
+  translators = {w: model.translator(s, draft_model if s.algorithm == 'spec' else None)
                  for w, s in candidates.items()}
   chooser = width.AutoWidthTranslator(translators, width.calibration_sentences(workdir), log=logging.warning)
   chosen = chooser.width_for(batch_size)
-  return candidates[chosen], translators[chosen]
+  return WidthChoice(chosen, candidates[chosen], translators[chosen], chooser.choices[batch_size][1])
 
 
 def load_draft_model(drafter_workdir: str | None, dtype: str = 'float32'):

@@ -47,7 +47,8 @@ class AutoWidthTranslator:
     self.calibration = list(calibration)
     self.repeats, self.margin, self.min_sentences, self.log = repeats, margin, min_sentences, log
     self.clock = clock  # seconds; tests pass a fake one
-    self.choices = {}  # batch size -> (chosen width, {width: median seconds per calibration pass})
+    # batch size -> (chosen width, {width: median seconds per calibration pass}, seconds the choice took)
+    self.choices = {}
 
   def width_for(self, batch_size: int) -> int:
     if batch_size not in self.choices:
@@ -55,6 +56,7 @@ class AutoWidthTranslator:
     return self.choices[batch_size][0]
 
   def _choose(self, batch_size: int):
+    began = self.clock()
     sentences = self.calibration[:max(self.min_sentences, 2 * batch_size)]
     for translator in self.translators.values():
       translator.translate(sentences, batch_size)  # compiles this batch size's shapes
@@ -70,7 +72,7 @@ class AutoWidthTranslator:
     chosen = fastest if medians[fastest] < (1 - self.margin) * medians[1] else 1
     self.log(f'spec:auto at batch {batch_size}: width {chosen} (median s per pass of {len(sentences)} '
              f'calibration sentences: ' + ', '.join(f'W={w} {s:.3f}' for w, s in medians.items()) + ')')
-    return chosen, medians
+    return chosen, medians, self.clock() - began
 
   def translate(self, texts, batch_size: int = 32):
     """(hypotheses, TranslationStats) of the width chosen for this batch size."""

@@ -1,6 +1,7 @@
 """spec:auto: the window width chosen by timing (fastmt/width.py), on fake translators with a fake clock, and
 end to end through the bench on the tiny trained model (output == greedy)."""
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -48,6 +49,7 @@ def test_the_fastest_width_is_chosen_per_batch_size_and_only_once():
   assert chooser.translate(['a'], batch_size=32)[0] == ['W1']
   assert chooser.width_for(1) == 3 and chooser.width_for(32) == 1
   assert chooser.choices[1][1] == pytest.approx({1: 1.0, 2: 0.8, 3: 0.7})
+  assert chooser.choices[1][2] == pytest.approx(6 * (1.0 + 0.8 + 0.7))  # what the choice took: its 18 passes
   # Calibration: one warm-up pass and 5 timed ones per width and batch size, on max(24, 2 B) sentences.
   for w in (1, 2):
     assert translators[w].calls.count((24, 1)) == 6 and translators[w].calls.count((64, 32)) == 6
@@ -75,7 +77,9 @@ def test_spec_auto_in_the_bench_equals_greedy(trained_workdir, tiny_config):
   from fastmt import bench  # pylint: disable=g-import-not-at-top
   from fastmt.data import corpus  # pylint: disable=g-import-not-at-top
   assert bench.is_auto('spec:auto+ngram@int8') and not bench.is_auto('spec:4+ngram')
-  assert bench.parse_method('spec:auto+ngram')[1].block_size == width.WIDTHS[-1]
+  assert bench.parse_method('spec:auto+ngram', allow_auto=True)[1].block_size == width.WIDTHS[-1]
+  with pytest.raises(FastmtError, match='name a width'):  # the scripts that time one decoder's loop
+    bench.parse_method('spec:auto+ngram')
   translators, _, _ = bench.build_translators(trained_workdir, ['greedy', 'spec:auto+ngram'])
   chooser = translators['spec:auto+ngram']
   assert isinstance(chooser, width.AutoWidthTranslator) and sorted(chooser.translators) == [1, 2, 3, 4]
@@ -90,24 +94,32 @@ def test_spec_auto_in_the_bench_equals_greedy(trained_workdir, tiny_config):
   assert set(recorded) == {'spec:auto+ngram'} and set(recorded['spec:auto+ngram']) == {'1', '2'}
   assert recorded['spec:auto+ngram']['2']['width'] == chooser.width_for(2)
   assert set(recorded['spec:auto+ngram']['2']['median_s']) == {'1', '2', '3', '4'}
+  assert recorded['spec:auto+ngram']['2']['calibration_s'] > 0
 
 
 def test_the_library_and_decode_py_choose_a_width_and_translate_as_greedy(trained_workdir, tiny_config, tmp_path):
   import fastmt  # pylint: disable=g-import-not-at-top
   model = fastmt.load(trained_workdir)
   chosen = model.choose_width(batch_size=2, drafter='ngram')
-  assert chosen in (1, *width.WIDTHS)
+  # The timed translators stay compiled in the model: translating at the chosen width builds nothing new.
+  assert len(model._translators) == 1 + len(width.WIDTHS)  # pylint: disable=protected-access
+  model.translate(['God'], algorithm='spec' if chosen > 1 else 'greedy', drafter='ngram', block_size=chosen,
+                  batch_size=2)
+  assert len(model._translators) == 1 + len(width.WIDTHS)  # pylint: disable=protected-access
   src = tmp_path / 'src.txt'
   src.write_text('And God said, Let there be light.\n\nGod created the heaven.\n', encoding='utf-8')
   greedy = model.translate(src.read_text().split('\n')[:3], batch_size=2)
   result = subprocess.run(
       [sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--input', str(src), '--output', '-',
-       '--algorithm', 'spec', '--drafter', 'ngram', '--block_size', 'auto', '--batch_size', '2', '--noprogress'],
-      capture_output=True, text=True, cwd=REPO)
+       '--algorithm', 'spec', '--drafter', 'ngram', '--block_size', 'auto', '--batch_size', '2', '--noprogress',
+       '--metrics_json', str(tmp_path / 'metrics.json')], capture_output=True, text=True, cwd=REPO)
   assert result.returncode == 0, result.stderr
   assert result.stdout.split('\n')[:3] == greedy and 'spec:auto at batch 2: width' in result.stderr
+  recorded = json.loads((tmp_path / 'metrics.json').read_text())
+  assert recorded['auto_width']['width'] in (1, *width.WIDTHS) and recorded['settings']['drafter'] == 'ngram'
+  assert set(recorded['auto_width']['median_s']) == {'1', '2', '3', '4'}
   for flags, message in ((['--algorithm', 'greedy', '--block_size', 'auto'], 'window of --algorithm spec'),
-                         (['--algorithm', 'spec', '--block_size', 'wide'], 'positive integer or auto')):
+                         (['--algorithm', 'spec', '--block_size', 'wide'], 'whole number or auto')):
     result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--input',
                              str(src), *flags], capture_output=True, text=True, cwd=REPO)
     assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr

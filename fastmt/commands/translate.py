@@ -87,11 +87,13 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   std_logging.getLogger().setLevel(std_logging.WARNING)
   from fastmt import width  # pylint: disable=g-import-not-at-top
-  auto_width = FLAGS.block_size == 'auto'
-  if not auto_width and not FLAGS.block_size.isdigit():
-    raise FastmtError(f'--block_size must be a positive integer or auto, got {FLAGS.block_size!r}')
+  auto_width = FLAGS.block_size.strip() == 'auto'
+  try:
+    block_size = width.WIDTHS[-1] if auto_width else int(FLAGS.block_size)
+  except ValueError:
+    raise FastmtError(f'--block_size must be a whole number or auto, got {FLAGS.block_size!r}') from None
   settings = DecodeSettings(FLAGS.algorithm, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
-                            block_size=width.WIDTHS[-1] if auto_width else int(FLAGS.block_size),
+                            block_size=block_size,
                             parallel_length=FLAGS.parallel_length,
                             jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram,
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
@@ -101,9 +103,18 @@ def main(argv):
   clusters_dir = None
   if FLAGS.projection == 'clustered':
     clusters_dir = FLAGS.clusters or os.path.join(FLAGS.workdir, 'clusters', FLAGS.direction)
+  chosen = {}  # what --block_size auto chose, for --metrics_json
   if auto_width:  # greedy (width 1) or spec at the width that times fastest here
-    settings, translator = decode_lib.load_fastest_spec_translator(
+    choice = decode_lib.load_fastest_spec_translator(
         FLAGS.workdir, settings, FLAGS.batch_size, clusters_dir, FLAGS.dtype, FLAGS.checkpoint, FLAGS.drafter_workdir)
+    chosen = {'auto_width': {'width': choice.width, 'batch_size': FLAGS.batch_size,
+                             'median_s': {str(w): t for w, t in choice.median_s.items()}}}
+    translator = choice.translator
+    if choice.width > 1:
+      settings = choice.settings
+    elif FLAGS.ddgviz:
+      logging.warning('--ddgviz: --block_size auto chose greedy (width 1), which has no parallel calls to draw; '
+                      'give a width to draw spec\'s')
   else:
     translator = decode_lib.load_translator(FLAGS.workdir, settings, clusters_dir, FLAGS.dtype, FLAGS.checkpoint,
                                             FLAGS.drafter_workdir)
@@ -114,8 +125,9 @@ def main(argv):
   if FLAGS.metrics_json:
     decode_lib.write_metrics_json(FLAGS.metrics_json, report,
                                   {'settings': dataclasses.asdict(settings), 'dtype': FLAGS.dtype,
-                                   'checkpoint': FLAGS.checkpoint, 'drafter_workdir': FLAGS.drafter_workdir})
-  if FLAGS.ddgviz:
+                                   'checkpoint': FLAGS.checkpoint, 'drafter_workdir': FLAGS.drafter_workdir,
+                                   **chosen})
+  if FLAGS.ddgviz and not (auto_width and chosen['auto_width']['width'] == 1):
     from fastmt import ddgviz  # pylint: disable=g-import-not-at-top
     sources = list(itertools.islice(decode_lib.iter_lines(FLAGS.input, FLAGS.input_errors), FLAGS.ddgviz_sentences))
     if FLAGS.tag_inputs:
