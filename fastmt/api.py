@@ -51,7 +51,9 @@ class TranslationModel:
     unknown = sorted(set(settings) - _SETTING_NAMES)
     if unknown:
       raise FastmtError(f'Unknown decoding settings {unknown}; known: {sorted(_SETTING_NAMES)}')
-    decode_settings = DecodeSettings(algorithm, **settings)
+    return self._translator(DecodeSettings(algorithm, **settings), clusters, draft_model)
+
+  def _translator(self, decode_settings: DecodeSettings, clusters, draft_model) -> Translator:
     draft_model = self._load_draft_model(draft_model)
     key = (decode_settings, clusters, draft_model)  # the key holds the drafter: its identity stays unique
     if key not in self._translators:
@@ -77,10 +79,11 @@ class TranslationModel:
       if self.workdir is None:
         raise FastmtError('choose_width needs calibration sentences: this model has no work directory')
       calibration = width.calibration_sentences(self.workdir)
-    greedy = {k: v for k, v in settings.items() if k == 'output_length_ratio'}  # the same output caps
-    candidates = {1: self.translator('greedy', clusters, **greedy)}
-    candidates.update({w: self.translator('spec', clusters, draft_model, **{**settings, 'block_size': w})
-                       for w in width.WIDTHS})
+    unknown = sorted(set(settings) - _SETTING_NAMES)
+    if unknown:
+      raise FastmtError(f'Unknown decoding settings {unknown}; known: {sorted(_SETTING_NAMES)}')
+    candidates = {w: self._translator(s, clusters, draft_model if w > 1 else None)
+                  for w, s in width.candidate_settings(DecodeSettings('spec', **settings)).items()}
     return width.AutoWidthTranslator(candidates, calibration).width_for(batch_size)
 
   def _load_draft_model(self, draft_model):

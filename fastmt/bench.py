@@ -122,11 +122,13 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
   translators = {}
   drafter = decode_lib.load_draft_model(drafter_workdir)
 
-  def translator(settings, dtype, table=None, draft_model=None):
-    return Translator(*precision.for_inference(model_config, params, dtype), tokenizer, settings,
-                      draft_table=table, objective=objective, objective_options=options, draft_model=draft_model)
-
   for label, settings, dtype in parsed:
+    weights = precision.for_inference(model_config, params, dtype)  # once per method, however many candidates
+
+    def translator(settings, table=None, draft_model=None, weights=weights):
+      return Translator(*weights, tokenizer, settings, draft_table=table, objective=objective,
+                        objective_options=options, draft_model=draft_model)
+
     table = decode_lib.load_draft_table(workdir) if registry.uses_draft_table(settings) else None
     draft_model = None
     if registry.get(settings.algorithm).uses_draft_model(settings):
@@ -134,14 +136,13 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
         raise FastmtError(f'{label} needs a drafter model: --drafter_workdir')
       draft_model = api.TranslationModel(drafter.config, drafter.params, drafter.tokenizer, drafter.objective,
                                          drafter.workdir, drafter.step, dtype)
-    if is_auto(label):
-      candidates = {1: translator(DecodeSettings('greedy'), dtype)}  # the fallback: greedy's own step
-      candidates.update({w: translator(dataclasses.replace(settings, block_size=w), dtype, table, draft_model)
-                         for w in width.WIDTHS})
+    if is_auto(label):  # width 1 is the fallback: greedy's own step, with no drafts
+      candidates = {w: translator(s, table, draft_model) if w > 1 else translator(s)
+                    for w, s in width.candidate_settings(settings).items()}
       translators[label] = width.AutoWidthTranslator(candidates, width.calibration_sentences(workdir),
                                                      log=lambda m, label=label: logging.info('%s: %s', label, m))
     else:
-      translators[label] = translator(settings, dtype, table, draft_model)
+      translators[label] = translator(settings, table, draft_model)
   return translators, model_config, step
 
 

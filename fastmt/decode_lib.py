@@ -182,12 +182,9 @@ def load_fastest_spec_translator(workdir: str, settings: DecodeSettings, batch_s
   width 1) or spec with these settings at each width of fastmt.width.WIDTHS, timed on the work directory's
   validation sentences (fastmt.width); the checkpoint and drafter load once. The output is greedy's whichever
   wins."""
-  if settings.algorithm != 'spec':
-    raise FastmtError(f'--block_size auto chooses the window of --algorithm spec, not {settings.algorithm}')
+  candidates = width.candidate_settings(settings)  # an error for another algorithm than spec
   model = load_model(workdir, ['spec', 'greedy'], clusters_dir, dtype, checkpoint)
   draft_model = load_draft_model(drafter_workdir, dtype)
-  candidates = {1: DecodeSettings('greedy', output_length_ratio=settings.output_length_ratio)}
-  candidates.update({w: dataclasses.replace(settings, block_size=w) for w in width.WIDTHS})
   translators = {w: model.translator(s, draft_model if s.algorithm == 'spec' else None)
                  for w, s in candidates.items()}
   chooser = width.AutoWidthTranslator(translators, width.calibration_sentences(workdir), log=logging.warning)

@@ -22,6 +22,18 @@ WIDTHS = (2, 3, 4)  # the candidate windows besides width 1 (greedy's step)
 CALIBRATION_SPLIT = 'validation'  # what the widths are timed on by default: never a split being scored
 
 
+def candidate_settings(settings):
+  """{width: DecodeSettings} of the candidates for spec `settings`: greedy at width 1 (with the same output
+  caps, so both decode the same sentences alike) and spec with these settings at each of WIDTHS."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
+  if settings.algorithm != 'spec':
+    raise FastmtError(f'the window chosen by timing (--block_size auto, spec:auto) is --algorithm spec\'s, '
+                      f'not {settings.algorithm}\'s')
+  return {1: DecodeSettings('greedy', output_length_ratio=settings.output_length_ratio),
+          **{w: dataclasses.replace(settings, block_size=w) for w in WIDTHS}}
+
+
 def calibration_sentences(workdir: str, split: str = CALIBRATION_SPLIT) -> list[str]:
   """The source sentences of a split of the work directory's dataset (default: validation)."""
   from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top

@@ -65,6 +65,17 @@ def test_a_wide_window_must_beat_greedy_by_the_margin():
   assert chooser.width_for(1) == 2
 
 
+def test_the_candidates_are_greedy_and_spec_at_every_width():
+  from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
+  candidates = width.candidate_settings(DecodeSettings('spec', drafter='ngram', output_length_ratio=1.5))
+  assert sorted(candidates) == [1, *width.WIDTHS]
+  assert (candidates[1].algorithm, candidates[1].output_length_ratio) == ('greedy', 1.5)  # the same output caps
+  for w in width.WIDTHS:
+    assert (candidates[w].algorithm, candidates[w].block_size, candidates[w].drafter) == ('spec', w, 'ngram')
+  with pytest.raises(FastmtError, match="is --algorithm spec's"):
+    width.candidate_settings(DecodeSettings('pgj'))
+
+
 def test_bad_candidates_are_clear_errors():
   clock = FakeClock()
   with pytest.raises(FastmtError, match='width 1'):
@@ -103,8 +114,8 @@ def test_the_library_and_decode_py_choose_a_width_and_translate_as_greedy(traine
   chosen = model.choose_width(batch_size=2, drafter='ngram')
   # The timed translators stay compiled in the model: translating at the chosen width builds nothing new.
   assert len(model._translators) == 1 + len(width.WIDTHS)  # pylint: disable=protected-access
-  model.translate(['God'], algorithm='spec' if chosen > 1 else 'greedy', drafter='ngram', block_size=chosen,
-                  batch_size=2)
+  at_chosen = dict(algorithm='spec', drafter='ngram', block_size=chosen) if chosen > 1 else dict(algorithm='greedy')
+  model.translate(['God'], batch_size=2, **at_chosen)
   assert len(model._translators) == 1 + len(width.WIDTHS)  # pylint: disable=protected-access
   src = tmp_path / 'src.txt'
   src.write_text('And God said, Let there be light.\n\nGod created the heaven.\n', encoding='utf-8')
@@ -118,7 +129,7 @@ def test_the_library_and_decode_py_choose_a_width_and_translate_as_greedy(traine
   recorded = json.loads((tmp_path / 'metrics.json').read_text())
   assert recorded['auto_width']['width'] in (1, *width.WIDTHS) and recorded['settings']['drafter'] == 'ngram'
   assert set(recorded['auto_width']['median_s']) == {'1', '2', '3', '4'}
-  for flags, message in ((['--algorithm', 'greedy', '--block_size', 'auto'], 'window of --algorithm spec'),
+  for flags, message in ((['--algorithm', 'greedy', '--block_size', 'auto'], "is --algorithm spec's"),
                          (['--algorithm', 'spec', '--block_size', 'wide'], 'whole number or auto')):
     result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--input',
                              str(src), *flags], capture_output=True, text=True, cwd=REPO)
