@@ -21,11 +21,14 @@ import json
 import os
 
 
-def slots_of(runs: str, name: str, environment: dict) -> tuple[int, int] | None:
-  """(h, c) of row `name`: from results.json (fastmt.bench records every row's objective), else from the run's
-  work directory (results.json written before it did); None if neither says."""
+def slots_of(runs: str, name: str, environment: dict, baseline: bool = False) -> tuple[int, int] | None:
+  """(h, c) of row `name`: from results.json (fastmt.bench records every row's objective under its label's
+  prefix, '' for the baseline's own rows), else from the run's work directory (results.json written before it
+  did); None if neither says."""
   recorded = environment.get('objectives', {})
-  entry = recorded.get(f'{name}_avg5', recorded.get(name))
+  entry = recorded.get('') if baseline else None
+  if entry is None:
+    entry = recorded.get(f'{name}_avg5', recorded.get(name))
   if entry is not None:
     options = entry.get('options') or {}
   else:
@@ -72,7 +75,7 @@ def main():
         '| ideal b1 | measured / ideal | speed-up b32 | beam 4 speed-up b1 |')
   print('|---|---|---|---|---|---|---|---|---|---|---|---|')
   for name in names:
-    slots = slots_of(args.runs, name, data['environment'])
+    slots = slots_of(args.runs, name, data['environment'], baseline=name == args.baseline)
     prefix = '' if name == args.baseline else f'{name}_avg5/'
     interleaved = prefix + 'ib' in results if slots is None else slots != (1, 1)  # unknown: what the row ran
     greedy = results.get(prefix + ('ib' if interleaved else 'greedy'))

@@ -272,7 +272,7 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
       workdir=workdir, checkpoint_step=step, model_config=dataclasses.asdict(model_config), sentences=len(sources),
       speed_sentences=min(speed_sentences, len(sources)), large_batch_sentences=large_batch_sentences,
       batch_size=batch_size, repeats=repeats, compared_with=list(compare_workdirs), drafter_workdir=drafter_workdir,
-      objectives=objectives_of([workdir, *compare_workdirs]), auto_widths=auto_widths_of(translators),
+      objectives=objectives_of(workdir, compare_workdirs), auto_widths=auto_widths_of(translators),
       **signatures)
   return results, environment, hypotheses
 
@@ -286,12 +286,16 @@ def auto_widths_of(translators) -> dict:
           for label, t in translators.items() if isinstance(t, width.AutoWidthTranslator)}
 
 
-def objectives_of(workdirs) -> dict:
-  """{work directory's base name (a compared row's label prefix): its objective and options}: results.json
-  then describes every row by itself, after the work directories are gone (copied off a lent machine)."""
-  return {os.path.basename(os.path.normpath(d)): {'objective': workdir_lib.load_objective(d),
-                                                   'options': workdir_lib.load_objective_options(d)}
-          for d in workdirs}
+def objectives_of(workdir: str, compare_workdirs=()) -> dict:
+  """Every row's objective and options, keyed by its label's prefix, so that results.json describes each row by
+  itself after the work directories are gone (copied off a lent machine): NAME (a compared directory's base name)
+  for the 'NAME/method' rows, '' for `workdir`'s own, unprefixed rows. `workdir`'s entry is also kept under its
+  base name (what readers from before '' looked up) unless a compared directory's rows hold that name."""
+  def entry(d):
+    return {'objective': workdir_lib.load_objective(d), 'options': workdir_lib.load_objective_options(d)}
+  compared = {os.path.basename(os.path.normpath(d)): entry(d) for d in compare_workdirs}
+  own = entry(workdir)
+  return {os.path.basename(os.path.normpath(workdir)): own, **compared, '': own}
 
 
 def _rotated(items, k):

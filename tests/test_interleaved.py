@@ -382,6 +382,11 @@ def test_the_table_reads_each_rows_factorisation_from_results_json(tmp_path):
                                 'at_kd_avg5': {'objective': 'at', 'options': {}}}}
   assert table.slots_of(str(tmp_path), 'ib_sa_kd', environment) == (2, 2)
   assert table.slots_of(str(tmp_path), 'at_kd', environment) == (1, 1)
+  # the baseline's own rows are recorded under '' (a compared directory may share its base name)
+  shadowed = {'objectives': {'at_kd_avg5': environment['objectives']['ib_sa_kd_avg5'],
+                             '': environment['objectives']['at_kd_avg5']}}
+  assert table.slots_of(str(tmp_path), 'at_kd', shadowed, baseline=True) == (1, 1)
+  assert table.slots_of(str(tmp_path), 'at_kd', shadowed) == (2, 2)
   assert table.slots_of(str(tmp_path), 'im_kd', environment) is None
   (tmp_path / 'im_kd_avg5').mkdir()
   (tmp_path / 'im_kd_avg5' / 'objective.json').write_text(

@@ -1,6 +1,7 @@
 """The RoyalFlush/KD toolbox: checkpoint averaging, half-precision inference, resumable distillation, mixing."""
 
 import copy
+import json
 import os
 import shutil
 
@@ -172,6 +173,20 @@ def test_a_student_of_a_teacher_with_an_old_vocabulary_gains_the_reserved_symbol
   assert [list(x) for x in student.encode(train.targets[:20])] == [list(x) for x in old.encode(train.targets[:20])]
 
 
+def test_results_json_keeps_each_rows_objective_when_a_compared_directory_shares_the_baselines_name(tmp_path):
+  """runs/a/m compared with runs/b/m: the rows are 'greedy' and 'm/greedy'; each keeps its own objective."""
+  from fastmt import bench  # pylint: disable=g-import-not-at-top
+  own, other = tmp_path / 'a' / 'm', tmp_path / 'b' / 'm'
+  for d, objective in ((own, {'objective': 'at'}),
+                       (other, {'objective': 'interleaved', 'options': {'directions': 2, 'words_per_direction': 1}})):
+    d.mkdir(parents=True)
+    (d / workdir_lib.OBJECTIVE_FILE).write_text(json.dumps(objective))
+  objectives = bench.objectives_of(str(own), [str(other)])
+  assert objectives[''] == {'objective': 'at', 'options': {}}  # the unprefixed rows: --workdir's
+  assert objectives['m'] == {'objective': 'interleaved', 'options': {'directions': 2, 'words_per_direction': 1}}
+  assert bench.objectives_of(str(own)) == {'m': objectives[''], '': objectives['']}
+
+
 def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(trained_workdir, tmp_path):
   """The RoyalFlush table's rows come from one process: --compare adds NAME/method rows next to --workdir's."""
   from fastmt import bench  # pylint: disable=g-import-not-at-top
@@ -187,7 +202,8 @@ def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(train
   assert results[1].identical_to_greedy == '4/4' and results[1].speedup_b1 > 0
   assert environment['compared_with'] == [twin]
   # every row's objective rides in results.json (tables are rebuilt from it after the work directories are gone)
-  assert set(environment['objectives']) == {os.path.basename(trained_workdir), 'twin'}
+  assert set(environment['objectives']) == {os.path.basename(trained_workdir), 'twin', ''}
+  assert environment['objectives'][''] == environment['objectives'][os.path.basename(trained_workdir)]
   assert environment['objectives']['twin']['objective'] == workdir_lib.load_objective(trained_workdir)
   assert environment['objectives']['twin']['options'] == workdir_lib.load_objective_options(trained_workdir)
   with pytest.raises(ValueError, match="named 'twin'"):
