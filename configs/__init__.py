@@ -34,3 +34,22 @@ def resolve_config_flag(argv: list[str]) -> list[str]:
     elif arg == '--config' and i + 1 < len(resolved):
       resolved[i + 1] = resolve(resolved[i + 1])
   return resolved
+
+
+def config_flag_value(argv: list[str]) -> str | None:
+  """The value of --config in argv (None without one)."""
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      return arg[len('--config='):]
+    if arg == '--config' and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
+def missing_config_file(argv: list[str]) -> str | None:
+  """The file part of --config (before a ':ARG') when no such file exists, else None (no --config, or found)."""
+  value = config_flag_value(argv)
+  if value is None:
+    return None
+  file = value.split(':', 1)[0]
+  return None if os.path.isfile(file) else file

@@ -16,7 +16,7 @@
 """
 
 __version__ = '0.1.0'
-__all__ = ['FastmtError', 'TranslationModel', 'load']
+__all__ = ['FastmtError', 'TranslationModel', 'TranslationStats', 'load']
 
 
 def _configs_of_a_source_checkout():
@@ -66,6 +66,9 @@ def __getattr__(name):
   if name == 'TranslationModel':
     from fastmt.api import TranslationModel  # pylint: disable=g-import-not-at-top
     return TranslationModel
+  if name == 'TranslationStats':
+    from fastmt.translate import TranslationStats  # pylint: disable=g-import-not-at-top
+    return TranslationStats
   if name == 'FastmtError':
     from fastmt.errors import FastmtError  # pylint: disable=g-import-not-at-top
     return FastmtError

@@ -13,6 +13,7 @@ Decoding algorithms themselves are pure functions of a decoder-step callable (fa
 any JAX model: docs/API.md shows one wrapped around a decoder written outside fastmt.
 """
 
+import collections.abc
 import dataclasses
 import os
 from typing import Iterable, Iterator, Sequence
@@ -102,11 +103,15 @@ class TranslationModel:
     return self._clusters[directory]
 
   def translate(self, texts: str | Sequence[str], algorithm: str = 'greedy', batch_size: int = 32,
-                clusters: str | None = None, draft_model=None, **settings) -> str | list[str]:
-    """Translations in input order (one string for one string). A blank line gives an empty string."""
+                clusters: str | None = None, draft_model=None, stats: TranslationStats | None = None,
+                **settings) -> str | list[str]:
+    """Translations in input order (one string for one string). A blank line gives an empty string. `stats`,
+    a TranslationStats, receives the counts (empty and truncated inputs, outputs at the length cap, calls)."""
     single = isinstance(texts, str)
+    if not single:
+      _check_lines(texts)
     translator = self.translator(algorithm, clusters, draft_model, **settings)
-    hypotheses, _ = translator.translate([texts] if single else list(texts), batch_size)
+    hypotheses, _ = translator.translate([texts] if single else list(texts), batch_size, stats)
     return hypotheses[0] if single else hypotheses
 
   def translate_iter(self, lines: Iterable[str], algorithm: str = 'greedy', batch_size: int = 32,
@@ -114,13 +119,27 @@ class TranslationModel:
                      **settings) -> Iterator[str]:
     """Streams translations of any iterable of lines (a file object too; trailing newlines are dropped),
     in input order, a chunk at a time: memory stays bounded however long the input is."""
+    if isinstance(lines, str):
+      raise FastmtError('translate_iter takes an iterable of lines, not one string (which it would read character '
+                        'by character): translate() takes one sentence')
+    _check_lines(lines)
     translator = self.translator(algorithm, clusters, draft_model, **settings)
-    return translator.translate_iter((line.rstrip('\r\n') for line in lines), batch_size, stats)
+    return translator.translate_iter((line.rstrip('\r\n') if isinstance(line, str) else line for line in lines),
+                                     batch_size, stats)
 
   def __repr__(self):
     return (f'TranslationModel({self.workdir!r}, step={self.step}, objective={self.objective!r}, '
             f'dtype={self.dtype!r}, {self.config.num_encoder_layers}+{self.config.num_decoder_layers} layers, '
             f'vocabulary {self.config.vocab_size})')
+
+
+def _check_lines(texts) -> None:
+  """Sentences come as str or as an iterable of str (each item is checked as it is translated); bytes and
+  non-iterables are a FastmtError here, before any work."""
+  if isinstance(texts, (bytes, bytearray)):
+    raise FastmtError('give text (str), not bytes: decode them first, e.g. data.decode("utf-8")')
+  if not isinstance(texts, collections.abc.Iterable):
+    raise FastmtError(f'give a str or an iterable of str to translate, got {type(texts).__name__}')
 
 
 def load(workdir: str, checkpoint='latest', dtype: str = 'float32') -> TranslationModel:

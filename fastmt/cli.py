@@ -16,8 +16,34 @@ def parse_flags_or_exit(argv):
   try:
     return flags.FLAGS(argv)
   except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
-    message = str(e).strip().strip("'").replace('\\n', ' ').replace("\\'", "'")
-    sys.exit(f'{argv[0]}: bad flag or config override: {message}')
+    key = _missing_key(e)
+    if key is not None:  # ml_collections: an override of a key the (locked) config does not have
+      overrides = [a.split('=', 1)[0] for a in argv if a.startswith('--config.')]
+      named = [o for o in overrides if o.rsplit('.', 1)[-1] == key] or overrides
+      sys.exit(f'{argv[0]}: bad config override {", ".join(named) or "--config"}: the config has no key {key!r}')
+    sys.exit(f'{argv[0]}: bad flag or config override: {one_line_message(e)}')
+
+
+def _missing_key(error: BaseException) -> str | None:
+  """The key of a KeyError anywhere in the exception's chain (absl wraps ml_collections' own), else None."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, KeyError):
+      return str(error.args[0]).strip('\'"') if error.args else ''
+    error = error.__cause__ or error.__context__
+  return None
+
+
+def one_line_message(error: Exception) -> str:
+  """An exception's message on one line; a traceback embedded in it (ml_collections puts a config file's
+  own error there) is cut down to its last line, the error itself."""
+  text = str(error).replace('\\n', '\n').replace("\\'", "'").strip()
+  if 'Traceback (most recent call last)' in text:
+    head, tail = text.split('Traceback (most recent call last)', 1)
+    last = [line.strip() for line in tail.splitlines() if line.strip()][-1:]
+    text = ' '.join([head.strip().rstrip(':') + ':', *last])
+  return ' '.join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def exit_on_user_error(main):

@@ -31,6 +31,12 @@ class ModelConfig:
       raise FastmtError(f'emb_dim {self.emb_dim} must be even and divisible by num_heads {self.num_heads}')
     if self.num_directions < 0:
       raise FastmtError(f'num_directions must be >= 0, got {self.num_directions}')
+    try:
+      floating = jnp.issubdtype(jnp.dtype(self.dtype), jnp.floating)
+    except TypeError:
+      floating = False
+    if not floating:
+      raise FastmtError(f"dtype must be a floating-point dtype such as 'float32' or 'bfloat16', got {self.dtype!r}")
     if self.quantization not in ('', 'int8', 'int8_layers'):
       raise FastmtError(f"quantization must be '', 'int8' or 'int8_layers', got {self.quantization!r}")
 
@@ -57,8 +63,19 @@ class ModelConfig:
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
   @classmethod
-  def from_json(cls, text: str) -> 'ModelConfig':
-    return cls(**json.loads(text))
+  def from_json(cls, text: str, name: str = 'model config') -> 'ModelConfig':
+    """From to_json's text; damaged JSON or a key this version does not know is a FastmtError naming `name`."""
+    try:
+      values = json.loads(text)
+    except json.JSONDecodeError as e:
+      raise FastmtError(f'{name} is not valid JSON ({e})') from None
+    if not isinstance(values, dict):
+      raise FastmtError(f'{name} holds {type(values).__name__}, not an object')
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+      raise FastmtError(f'{name} has keys this version of fastmt does not know: {unknown} (written by a newer '
+                        'version?)')
+    return cls(**values)
 
   def replace(self, **changes) -> 'ModelConfig':
     return dataclasses.replace(self, **changes)

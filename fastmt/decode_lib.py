@@ -44,11 +44,23 @@ class DecodeReport:
   outputs_at_cap: int
   wall_s: float = 0.0  # the whole translation pass, reading and writing included, compile time included
   padding_rows: int = 0  # rows that only padded a batch to its static shape (done from the start)
+  replaced_input_lines: int = 0  # input lines whose invalid UTF-8 became U+FFFD (--input_errors=replace)
+  replaced_reference_lines: int = 0  # the same in the reference file
+
+
+@dataclasses.dataclass
+class InputCounts:
+  """What iter_lines met on the way: lines whose invalid UTF-8 it replaced (errors='replace')."""
+  replaced_lines: int = 0
+
+
+REPLACED_LINES_LOGGED = 5  # warnings naming a replaced line; the rest are counted only
 
 
 def count_lines(path: str) -> int | None:
-  """Lines in a file (a last line without newline counts), for the progress bar's total; None for stdin."""
-  if path == '-':
+  """Lines in a file (a last line without newline counts), for the progress bar's total and the check that
+  every line came out; None for stdin and other streams (a pipe, /dev/stdin), which counting would consume."""
+  if path == '-' or not os.path.isfile(path):
     return None
   count, last = 0, b'\n'
   with open(path, 'rb') as f:
@@ -58,33 +70,85 @@ def count_lines(path: str) -> int | None:
   return count + (last != b'\n')
 
 
-def iter_lines(path: str, errors: str = 'strict') -> Iterator[str]:
+def check_input_path(path: str, what: str = 'input file') -> None:
+  """A readable input: '-' (stdin), a file, or a stream such as /dev/stdin or a shell's <(zcat x.gz)."""
+  if path != '-' and (not os.path.exists(path) or os.path.isdir(path)):
+    raise MissingError(f'No {what} {path!r}')
+
+
+def check_output_path(path: str, what: str = '--output') -> None:
+  """An output that can be written: '-' (stdout), or a path that is not a directory, in a directory that
+  exists. Checked before decoding, so that a typo costs nothing."""
+  if path == '-':
+    return
+  if os.path.isdir(path):
+    raise FastmtError(f'{what} {path!r} is a directory: give a file')
+  parent = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(parent):
+    raise FastmtError(f'{what} {path!r}: there is no directory {parent!r}')
+
+
+def _same_file(a: str, b: str) -> bool:
+  return a != '-' and b != '-' and os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+
+
+def check_paths(input_path: str, output_path: str, reference_path: str | None = None,
+                metrics_path: str | None = None) -> None:
+  """Everything decode.py can check about its files before it loads a model: inputs exist, outputs can be
+  written, no output is an input (opening it for writing would erase the sentences before they are read), and
+  a reference has as many lines as the input (when both are files)."""
+  check_input_path(input_path)
+  check_output_path(output_path)
+  if metrics_path:
+    check_output_path(metrics_path, '--metrics_json')
+  for path, what in ((input_path, 'input'), (reference_path, 'reference')):
+    if path is not None and _same_file(path, output_path):
+      raise FastmtError(f'--output {output_path!r} is the {what} file: writing the translations there would erase '
+                        'it; choose another output file')
+  if reference_path is not None:
+    check_input_path(reference_path, 'reference file')
+    inputs, references = count_lines(input_path), count_lines(reference_path)
+    if inputs is not None and references is not None and inputs != references:
+      raise FastmtError(f'{input_path} has {inputs} lines but the reference {reference_path} has {references}')
+
+
+def iter_lines(path: str, errors: str = 'strict', counts: InputCounts | None = None) -> Iterator[str]:
   """Lines of a file, or of stdin for '-', one at a time; invalid UTF-8 is an error naming the line (or, with
-  errors='replace', U+FFFD). Only '\n' ends a line (a '\r' before it is dropped), as in corpus.read_lines."""
-  if path != '-' and not os.path.isfile(path):
-    raise MissingError(f'No input file {path!r}')  # now, not when the first line is wanted
-  return _lines_of(path, errors)
+  errors='replace', U+FFFD, counted in `counts` and logged for the first lines). Only '\n' ends a line (a '\r'
+  before it is dropped), as in corpus.read_lines."""
+  if errors not in ('strict', 'replace'):
+    raise FastmtError(f"input errors must be 'strict' or 'replace', got {errors!r}")
+  check_input_path(path)  # now, not when the first line is wanted
+  return _lines_of(path, errors, InputCounts() if counts is None else counts)
 
 
-def _lines_of(path: str, errors: str) -> Iterator[str]:
+def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
   stream = sys.stdin.buffer if path == '-' else open(path, 'rb')  # pylint: disable=consider-using-with
   name = 'stdin' if path == '-' else path
   try:
     for number, raw in enumerate(stream, start=1):
       raw = raw[:-1] if raw.endswith(b'\n') else raw
       try:
-        yield raw.decode('utf-8', errors=errors).rstrip('\r')
+        text = raw.decode('utf-8')
       except UnicodeDecodeError as e:
-        raise FastmtError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); '
-                          'fix the file or pass --input_errors=replace') from None
+        if errors == 'strict':
+          raise FastmtError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); '
+                            'fix the file or pass --input_errors=replace') from None
+        text = raw.decode('utf-8', errors='replace')
+        counts.replaced_lines += 1
+        if counts.replaced_lines <= REPLACED_LINES_LOGGED:
+          logging.warning('%s:%d: invalid UTF-8 (%s at byte %d) replaced by U+FFFD%s', name, number, e.reason,
+                          e.start, '; further lines are only counted' if counts.replaced_lines ==
+                          REPLACED_LINES_LOGGED else '')
+      yield text.rstrip('\r')
   finally:
     if stream is not sys.stdin.buffer:
       stream.close()
 
 
-def read_input(path: str, errors: str) -> list[str]:
+def read_input(path: str, errors: str, counts: InputCounts | None = None) -> list[str]:
   """All lines of a file or stdin (iter_lines as a list)."""
-  return list(iter_lines(path, errors))
+  return list(iter_lines(path, errors, counts))
 
 
 def one_line(text: str) -> str:
@@ -244,9 +308,13 @@ def time_at_batch1(translator: Translator, sentences: list[str]) -> float | None
 
 
 def score(hypotheses, references):
-  """(BLEU, chrF, their signatures) with sacreBLEU; line counts must match."""
+  """(BLEU, chrF, their signatures) with sacreBLEU; line counts must match. No sentences: all None (there is
+  nothing to score; sacreBLEU would fail)."""
   if len(references) != len(hypotheses):
     raise FastmtError(f'{len(hypotheses)} input lines but {len(references)} reference lines')
+  if not hypotheses:
+    logging.warning('No sentences: nothing to score')
+    return None, None, None, None
   bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
   bleu = bleu_metric.corpus_score(hypotheses, [references]).score
   chrf = chrf_metric.corpus_score(hypotheses, [references]).score
@@ -258,11 +326,20 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
                    tag_direction: str | None = None, show_progress: bool = True) -> DecodeReport:
   """decode.py's job: input file (or '-') -> output file (or '-'), in order, streamed; a report.
 
-  Holds the hypotheses only when scoring (strings, not tensors) and the first speed_sentences sources.
+  Holds the hypotheses only when scoring (strings, not tensors) and the first speed_sentences sources. Paths are
+  checked first (check_paths); the output file is opened when the first translation is ready, so an error in
+  the first chunk of input leaves an existing output file as it was.
   """
-  lines = iter_lines(input_path, input_errors)
+  check_paths(input_path, output_path, reference_path)
+  if batch_size < 1:
+    raise FastmtError(f'batch_size must be >= 1, got {batch_size}')
+  input_counts = InputCounts()
+  lines = iter_lines(input_path, input_errors, input_counts)
   if tag_direction:
     tag = corpus.language_tag(tag_direction)
+    if not translator.tokenizer.has_piece(tag):
+      raise FastmtError(f'--tag_inputs: the vocabulary has no {tag} symbol, so this model was not trained to '
+                        f'translate {tag_direction} (a multilingual model keeps one tag per direction)')
     lines = (f'{tag} {line}' if line.strip() else line for line in lines)
   first_sources = []
 
@@ -273,19 +350,32 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
       yield line
 
   total = count_lines(input_path)
-  out = sys.stdout if output_path == '-' else open(output_path, 'w', encoding='utf-8')  # pylint: disable=consider-using-with
+  out = None
+
+  def write(line):
+    nonlocal out
+    if out is None:
+      out = sys.stdout if output_path == '-' else open(output_path, 'w', encoding='utf-8')  # pylint: disable=consider-using-with
+    out.write(line + '\n')
+
   try:
-    write = lambda line: out.write(line + '\n')
     stats, wall, words, hypotheses = translate_stream(translator, remembered(lines), write, batch_size, total,
                                                       keep=reference_path is not None,
                                                       show_progress=show_progress)
-    out.flush()
+    if out is None:  # no input lines: the output is an empty file
+      write_lines(output_path, [])
+    else:
+      out.flush()
   finally:
-    if out is not sys.stdout:
+    if out is not None and out is not sys.stdout:
       out.close()
+  if total is not None and stats.sentences != total:
+    raise FastmtError(f'{input_path} had {total} lines when decoding began but {stats.sentences} were translated: '
+                      'the file changed while it was read')
+  reference_counts = InputCounts()
   bleu = chrf = bleu_sig = chrf_sig = None
   if reference_path is not None:
-    bleu, chrf, bleu_sig, chrf_sig = score(hypotheses, read_input(reference_path, 'replace'))
+    bleu, chrf, bleu_sig, chrf_sig = score(hypotheses, read_input(reference_path, input_errors, reference_counts))
   ms_per_sentence = time_at_batch1(translator, first_sources) if speed_sentences else None
   decode_seconds = max(wall - stats.compile_seconds, 1e-9)
   decoded = max(1, stats.sentences - stats.empty_inputs)
@@ -294,7 +384,8 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
       ms_per_sentence=ms_per_sentence, sentences_per_s=stats.sentences / decode_seconds,
       words_per_s=words / decode_seconds, decoder_calls_per_sentence=stats.decoder_calls / decoded,
       compile_s=stats.compile_seconds, empty_inputs=stats.empty_inputs, truncated_inputs=stats.truncated_inputs,
-      outputs_at_cap=stats.outputs_at_cap, wall_s=wall, padding_rows=stats.padding_rows)
+      outputs_at_cap=stats.outputs_at_cap, wall_s=wall, padding_rows=stats.padding_rows,
+      replaced_input_lines=input_counts.replaced_lines, replaced_reference_lines=reference_counts.replaced_lines)
 
 
 def write_lines(path: str, lines) -> None:
@@ -316,7 +407,9 @@ def format_report(report: DecodeReport) -> str:
                f'{report.sentences_per_s:.1f} sentences/s, {report.words_per_s:.0f} source words/s without compiling')
   parts.append(f'decoder calls/sentence {report.decoder_calls_per_sentence:.2f}')
   parts.append(f'empty inputs {report.empty_inputs}, truncated inputs {report.truncated_inputs}, '
-               f'outputs at the length cap {report.outputs_at_cap}')
+               f'outputs at the length cap {report.outputs_at_cap}, input lines with invalid UTF-8 replaced '
+               f'{report.replaced_input_lines}'
+               + (f' (reference lines: {report.replaced_reference_lines})' if report.replaced_reference_lines else ''))
   return '\n'.join(parts)
 
 

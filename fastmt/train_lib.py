@@ -127,15 +127,17 @@ def eval_step(params, batch, step, apply_fn, objective_fn=objectives.get('at')):
 def check_or_save_model_config(workdir: str, model_config: ModelConfig):
   """The workdir's model config must match: resuming another architecture's checkpoint is an error."""
   path = os.path.join(workdir, MODEL_CONFIG_FILE)
-  if os.path.exists(path):
+  checkpoints = os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)
+  trained = os.path.isdir(checkpoints) and any(name.isdigit() for name in os.listdir(checkpoints))
+  if os.path.exists(path) and trained:
     with open(path) as f:
-      saved = ModelConfig.from_json(f.read())
+      saved = ModelConfig.from_json(f.read(), path)
     if saved != model_config:
       diff = {k: (v, getattr(model_config, k)) for k, v in saved.__dict__.items()
               if getattr(model_config, k) != v}
       raise FastmtError(f'{workdir} holds a checkpoint of another model config; differing fields '
                        f'(saved, requested): {diff}. Use a new --workdir or the saved config.')
-  elif jax.process_index() == 0:
+  elif jax.process_index() == 0:  # new, or left by a start that failed before its first checkpoint
     os.makedirs(workdir, exist_ok=True)
     with open(path, 'w') as f:
       f.write(model_config.to_json())
@@ -162,6 +164,9 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   """Trains config's model in workdir, resuming from its latest checkpoint; returns the final state."""
   objective_name = config.get('objective', workdir_lib.DEFAULT_OBJECTIVE)
   objective_options = objectives.options_of(config, objective_name)  # bad names and keys fail here, first
+  # The architecture too (unknown keys, dtype, shapes), before the corpus loads or anything is written: a
+  # mistyped override costs nothing and leaves no half-made work directory behind.
+  _check_objective_fits_model(objective_name, objective_options, ModelConfig.from_config(config.model, 1))
   os.makedirs(workdir, exist_ok=True)
   mesh = jax.make_mesh((jax.device_count(),), ('data',), axis_types=(jax.sharding.AxisType.Auto,))
   data_sharding = NamedSharding(mesh, P('data'))

@@ -353,13 +353,19 @@ class Translator:
 
   def _decode_chunk(self, texts, batch_size: int, stats: TranslationStats, first_line: int) -> Iterator[dict]:
     """Decodes a chunk of lines; after every batch yields {index in chunk: output ids} of what finished."""
+    for i, t in enumerate(texts):
+      if not isinstance(t, str):
+        raise FastmtError(f'input {first_line + i}: a line to translate must be a str, got {type(t).__name__}')
     nonempty = [i for i, t in enumerate(texts) if t.strip()]
+    source_ids = self.encode_sources([texts[i] for i in nonempty], stats, [first_line + i for i in nonempty])
+    # A line of only zero-width or control characters encodes to no piece at all: as empty as a blank line.
+    kept = [k for k, ids in enumerate(source_ids) if len(ids) > 1]  # more than EOS
+    nonempty, source_ids = [nonempty[k] for k in kept], [source_ids[k] for k in kept]
     stats.sentences += len(texts)
     stats.empty_inputs += len(texts) - len(nonempty)
-    empty = {i: np.zeros((0,), np.int32) for i, t in enumerate(texts) if not t.strip()}
+    empty = {i: np.zeros((0,), np.int32) for i in sorted(set(range(len(texts))) - set(nonempty))}
     if empty:
       yield empty
-    source_ids = self.encode_sources([texts[i] for i in nonempty], stats, [first_line + i for i in nonempty])
     for indices, source, caps in self.batches(source_ids, batch_size):
       result = self.decode_batch(source, caps, stats)
       real = len(indices)
@@ -402,12 +408,14 @@ class Translator:
     for ids in self.iter_ids(texts, batch_size, stats, chunk_sentences):
       yield self.tokenizer.decode([ids])[0]
 
-  def translate_ids(self, texts: list[str], batch_size: int = 32):
-    """(output ids per input, statistics): the ids up to EOS, without it; empty for empty inputs."""
-    stats = TranslationStats()
+  def translate_ids(self, texts: list[str], batch_size: int = 32, stats: TranslationStats | None = None):
+    """(output ids per input, statistics): the ids up to EOS, without it; empty for empty inputs. `stats`
+    (new if None) is added to."""
+    stats = TranslationStats() if stats is None else stats
     return list(self.iter_ids(texts, batch_size, stats, chunk_sentences=max(1, len(texts)))), stats
 
-  def translate(self, texts: list[str], batch_size: int = 32) -> tuple[list[str], TranslationStats]:
+  def translate(self, texts: list[str], batch_size: int = 32,
+                stats: TranslationStats | None = None) -> tuple[list[str], TranslationStats]:
     """Translations in input order; an empty (or blank) line gives an empty line without decoding."""
-    ids, stats = self.translate_ids(texts, batch_size)
+    ids, stats = self.translate_ids(texts, batch_size, stats)
     return self.tokenizer.decode(ids), stats

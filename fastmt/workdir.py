@@ -42,8 +42,18 @@ def _require(workdir: str, name: str) -> str:
 
 
 def load_model_config(workdir: str) -> ModelConfig:
-  with open(_require(workdir, MODEL_CONFIG_FILE)) as f:
-    return ModelConfig.from_json(f.read())
+  path = _require(workdir, MODEL_CONFIG_FILE)
+  with open(path) as f:
+    return ModelConfig.from_json(f.read(), path)
+
+
+def _load_json(path: str):
+  """A work directory's JSON record; damaged, a FastmtError naming the file."""
+  with open(path) as f:
+    try:
+      return json.load(f)
+    except json.JSONDecodeError as e:
+      raise FastmtError(f'{path} is not valid JSON ({e}): the work directory is damaged') from None
 
 
 def load_train_config(workdir: str):
@@ -54,7 +64,11 @@ def load_train_config(workdir: str):
 
 
 def load_tokenizer(workdir: str) -> Tokenizer:
-  return Tokenizer(_require(workdir, TOKENIZER_FILE))
+  path = _require(workdir, TOKENIZER_FILE)
+  try:
+    return Tokenizer(path)
+  except (RuntimeError, OSError) as e:  # sentencepiece's error for a file that is not a model
+    raise FastmtError(f'{path} is not a SentencePiece model ({str(e).strip()[:200]})') from None
 
 
 def load_objective(workdir: str) -> str:
@@ -62,8 +76,10 @@ def load_objective(workdir: str) -> str:
   path = os.path.join(workdir, OBJECTIVE_FILE)
   if not os.path.exists(path):
     return DEFAULT_OBJECTIVE
-  with open(path) as f:
-    return json.load(f)['objective']
+  record = _load_json(path)
+  if not isinstance(record, dict) or 'objective' not in record:
+    raise FastmtError(f'{path} records no objective: the work directory is damaged')
+  return record['objective']
 
 
 def load_objective_options(workdir: str) -> dict:
@@ -71,8 +87,8 @@ def load_objective_options(workdir: str) -> dict:
   path = os.path.join(workdir, OBJECTIVE_FILE)
   if not os.path.exists(path):
     return {}
-  with open(path) as f:
-    return json.load(f).get('options', {})
+  record = _load_json(path)
+  return record.get('options', {}) if isinstance(record, dict) else {}
 
 
 def save_objective(workdir: str, objective: str, options: dict | None = None) -> None:
@@ -109,7 +125,9 @@ def checkpoint_manager(workdir: str, max_to_keep: int | None = None, best: bool 
 
 def parse_checkpoint(spec) -> str | int:
   """'latest', 'best' or a step number (int or digits) -> 'latest' | 'best' | int; anything else is an error."""
-  if isinstance(spec, int) or (isinstance(spec, str) and spec.isdigit()):
+  if isinstance(spec, int) and not isinstance(spec, bool):  # True is not step 1
+    return spec
+  if isinstance(spec, str) and spec.isascii() and spec.isdigit():  # '²'.isdigit() too, but int() refuses it
     return int(spec)
   if spec in ('latest', 'best'):
     return spec

@@ -74,3 +74,45 @@ def test_a_work_directory_from_before_objectives_were_recorded_loads_as_autoregr
   model = fastmt.load(str(old))
   assert model.objective == 'at'
   assert model.translate(SENTENCES[:4], algorithm='pgj') == fastmt.load(trained_workdir).translate(SENTENCES[:4])
+
+
+def test_bad_lines_and_settings_are_fastmt_errors_and_translate_reports_its_counts(trained_workdir):
+  model = fastmt.load(trained_workdir)
+  for texts, message in (([SENTENCES[0], None], 'input 2: .* must be a str, got NoneType'),
+                         ([SENTENCES[0], b'God'], 'input 2: .* got bytes'),
+                         (None, 'a str or an iterable of str'), (b'God', 'not bytes'), (5, 'got int')):
+    with pytest.raises(FastmtError, match=message):
+      model.translate(texts)
+  with pytest.raises(FastmtError, match='not one string'):
+    model.translate_iter('God')
+  with pytest.raises(FastmtError, match='got bytes'):
+    list(model.translate_iter([b'God\n']))
+  with pytest.raises(FastmtError, match='output_length_ratio must be > 0'):
+    model.translate(SENTENCES[:1], output_length_ratio=-5)
+  stats = fastmt.TranslationStats()
+  long_line = ' '.join(['light'] * 3 * model.config.max_length)
+  assert len(model.translate(['', SENTENCES[0], long_line], stats=stats)) == 3
+  assert (stats.sentences, stats.empty_inputs, stats.truncated_inputs) == (3, 1, 1)
+
+
+def test_a_damaged_work_directory_or_checkpoint_name_is_a_fastmt_error(trained_workdir, tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  for checkpoint in ('²', True, '-1'):
+    with pytest.raises(FastmtError, match="'latest', 'best' or a step"):
+      workdir_lib.parse_checkpoint(checkpoint)
+  workdir = tmp_path / 'copy'
+  shutil.copytree(trained_workdir, workdir, ignore=shutil.ignore_patterns('checkpoints', 'best_checkpoint'))
+  config = json.loads((workdir / 'model_config.json').read_text())
+  for text, message in ((json.dumps({**config, 'new_field': 1}), 'does not know.*new_field'),
+                        ('', 'not valid JSON'), ('[]', 'not an object')):
+    (workdir / 'model_config.json').write_text(text)
+    with pytest.raises(FastmtError, match=message):
+      fastmt.load(str(workdir))
+  (workdir / 'objective.json').write_text('{"objective": ')
+  with pytest.raises(FastmtError, match='objective.json is not valid JSON'):
+    workdir_lib.load_objective(str(workdir))
+  (workdir / 'spm.model').write_bytes(b'not a model')
+  with pytest.raises(FastmtError, match='not a SentencePiece model'):
+    workdir_lib.load_tokenizer(str(workdir))

@@ -91,11 +91,18 @@ def test_a_shipped_config_is_named_without_its_path(tmp_path):
 
 
 def test_an_unknown_objective_or_config_key_is_one_line(tmp_path):
-  for override, message in (('--config.objective=nat', "Unknown training objective 'nat'"),
-                            ('--config.model.heads=3', 'heads')):
-    result = subprocess.run([sys.executable, str(REPO / 'train.py'), '--config', 'tiny', '--workdir',
+  for config, override, message in (
+      ('tiny', '--config.objective=nat', "Unknown training objective 'nat'"),
+      ('tiny', '--config.model.heads=3', "--config.model.heads: the config has no key 'heads'"),
+      ('tiny', '--config.nosuch=1', "--config.nosuch: the config has no key 'nosuch'"),
+      ('tiny', '--nosuchflag', "Unknown command line flag 'nosuchflag'"),
+      ('nosuchconfig', '--config.seed=1', "no config file 'nosuchconfig', and no shipped config of that name"),
+      ('quickstart:zzz', '--config.seed=1', 'get_config() takes 0 positional arguments')):
+    result = subprocess.run([sys.executable, str(REPO / 'train.py'), '--config', config, '--workdir',
                              str(tmp_path / 'run'), override], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+  assert not (tmp_path / 'run').exists()
 
 
 def test_inference_does_not_import_the_training_stack():

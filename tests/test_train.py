@@ -88,3 +88,24 @@ def test_restoring_into_another_model_is_one_clear_error(trained_workdir):
 def test_a_missing_checkpoint_is_one_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match='not a train.py work directory'):
     workdir_lib.load_model_config(str(tmp_path))
+
+
+def test_a_bad_architecture_fails_before_anything_is_written(tiny_config, tmp_path):
+  bad = tiny_config.copy_and_resolve_references()
+  bad.model.dtype = 'bf16'
+  with pytest.raises(ValueError, match="dtype must be a floating-point dtype.*'bf16'"):
+    train_lib.train_and_evaluate(bad, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()  # no half-made work directory to refuse the corrected run
+
+
+def test_a_model_config_left_by_a_start_that_never_checkpointed_is_replaced(trained_workdir, tmp_path):
+  from fastmt.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  config = workdir_lib.load_model_config(trained_workdir)
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  (workdir / 'model_config.json').write_text(config.replace(mlp_dim=8).to_json())
+  train_lib.check_or_save_model_config(str(workdir), config)  # no checkpoint: nothing was trained with it
+  assert ModelConfig.from_json((workdir / 'model_config.json').read_text()) == config
+  (workdir / 'checkpoints' / '5').mkdir(parents=True)
+  with pytest.raises(ValueError, match='another model config'):
+    train_lib.check_or_save_model_config(str(workdir), config.replace(mlp_dim=8))

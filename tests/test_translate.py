@@ -343,3 +343,74 @@ def test_decode_cli_streams_a_million_lines_in_bounded_memory(trained_workdir, t
     assert sum(1 for _ in f) == 1_000_000
   maxrss_mb = int(result.stderr.split('maxrss_kb')[-1].split()[0]) / 1024
   assert maxrss_mb < 1024, maxrss_mb  # measured: 385 MB for 1M lines, 377 MB for 20k (JAX itself ~350)
+
+
+def test_decode_checks_its_files_before_loading_a_model(tmp_path):
+  """An output that is the input or the reference would erase them when opened; a missing directory, a
+  directory, or a reference of another length are errors before any work, and the input is untouched."""
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  src, ref = tmp_path / 'src.txt', tmp_path / 'ref.txt'
+  src.write_text('God\nlight\n', encoding='utf-8')
+  ref.write_text('Gott\n', encoding='utf-8')
+  cases = ((str(src), None, None, 'is the input file'),
+           (str(ref), str(ref), None, 'is the reference file'),
+           (str(tmp_path / 'nodir' / 'hyp'), None, None, 'there is no directory'),
+           (str(tmp_path), None, None, 'is a directory'),
+           (str(tmp_path / 'hyp'), str(ref), None, 'has 2 lines but the reference'),
+           (str(tmp_path / 'hyp'), str(tmp_path / 'missing'), None, 'No reference file'),
+           (str(tmp_path / 'hyp'), None, str(tmp_path / 'nodir' / 'm.json'), '--metrics_json'))
+  for output, reference, metrics, message in cases:
+    with pytest.raises(ValueError, match=message):
+      decode_lib.check_paths(str(src), output, reference, metrics)
+  assert src.read_text(encoding='utf-8') == 'God\nlight\n'
+  decode_lib.check_paths('-', '-')
+  decode_lib.check_paths(str(src), str(tmp_path / 'hyp'), str(src), str(tmp_path / 'm.json'))
+
+
+def test_translate_file_counts_replaced_utf8_reads_streams_and_leaves_the_output_until_it_writes(model_parts,
+                                                                                                tmp_path, caplog):
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  translator = Translator(*model_parts)
+  src, ref, hyp = tmp_path / 'src.txt', tmp_path / 'ref.txt', tmp_path / 'hyp.txt'
+  src.write_bytes(b'God \xff said.\nAnd \xfe light.\nGod\n')
+  ref.write_bytes(b'Gott.\nUnd \xff Licht.\nGott\n')
+  hyp.write_text('kept\n', encoding='utf-8')
+  with pytest.raises(ValueError, match='src.txt:1: invalid UTF-8'):
+    decode_lib.translate_file(translator, str(src), str(hyp), show_progress=False)
+  assert hyp.read_text(encoding='utf-8') == 'kept\n'  # an error before the first translation leaves it alone
+  report = decode_lib.translate_file(translator, str(src), str(hyp), str(ref), batch_size=2, input_errors='replace',
+                                     show_progress=False)
+  assert (report.replaced_input_lines, report.replaced_reference_lines, report.sentences) == (2, 1, 3)
+  assert 'src.txt:2: invalid UTF-8' in caplog.text and 'replaced 2 (reference lines: 1)' in \
+      decode_lib.format_report(report)
+  assert len(hyp.read_text(encoding='utf-8').split('\n')) == 4
+  # a stream (a named pipe here; /dev/stdin and <(zcat x.gz) are the same to it) is read once, in order
+  fifo = tmp_path / 'fifo'
+  os.mkfifo(fifo)
+  import threading  # pylint: disable=g-import-not-at-top
+  writer = threading.Thread(target=lambda: fifo.write_text('God\n\nlight\n', encoding='utf-8'))
+  writer.start()
+  report = decode_lib.translate_file(translator, str(fifo), str(tmp_path / 'from_fifo'), show_progress=False)
+  writer.join()
+  assert report.sentences == 3 and report.empty_inputs == 1
+  assert (tmp_path / 'from_fifo').read_text(encoding='utf-8').split('\n')[1] == ''
+  # no input: an empty output file, and nothing to score rather than a crash
+  (tmp_path / 'empty').write_text('', encoding='utf-8')
+  report = decode_lib.translate_file(translator, str(tmp_path / 'empty'), str(tmp_path / 'none'),
+                                     str(tmp_path / 'empty'), show_progress=False)
+  assert report.sentences == 0 and report.bleu is None and (tmp_path / 'none').read_text() == ''
+  with pytest.raises(ValueError, match='no <2xx> symbol'):
+    decode_lib.translate_file(translator, str(src), str(hyp), input_errors='replace', tag_direction='en_xx',
+                              show_progress=False)
+  with pytest.raises(ValueError, match='batch_size must be >= 1'):
+    decode_lib.translate_file(translator, str(src), str(hyp), batch_size=0, show_progress=False)
+
+
+def test_a_line_that_encodes_to_nothing_is_an_empty_input(model_parts):
+  translator = Translator(*model_parts)
+  nothing = [s for s in ('\u200b', '\x01\x02', '\ufeff') if len(translator.tokenizer.encode([s])[0]) == 0]
+  assert nothing  # at least one such line for this vocabulary
+  outputs, stats = translator.translate([*nothing, 'God'], batch_size=2)
+  assert outputs[:-1] == [''] * len(nothing) and len(outputs) == len(nothing) + 1
+  assert stats.empty_inputs == len(nothing) and stats.sentences == len(nothing) + 1
+  assert stats.decoder_calls > 0  # 'God' itself was decoded

@@ -44,6 +44,10 @@ def main(argv):
 
 def run():
   sys.argv = configs.resolve_config_flag(sys.argv)
+  missing = configs.missing_config_file(sys.argv)
+  if missing:  # ml_collections would report it only when the config is first read, as a traceback
+    sys.exit(f'{sys.argv[0]}: error: no config file {missing!r}, and no shipped config of that name '
+             f'({", ".join(configs.names())})')
   cli.run(main, define_flags, required=('workdir', 'config'))
 
 

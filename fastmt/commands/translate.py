@@ -98,8 +98,12 @@ def main(argv):
                             jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram,
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
                             drafter=FLAGS.drafter)
-  if FLAGS.ddgviz and FLAGS.input == '-':
-    raise FastmtError('--ddgviz reads its sentences from --input: give a file, not stdin')
+  if FLAGS.ddgviz and not os.path.isfile(FLAGS.input):
+    raise FastmtError('--ddgviz reads its sentences from --input again after translating: give a file, not stdin '
+                      'or a stream')
+  if FLAGS.batch_size < 1:
+    raise FastmtError(f'--batch_size must be >= 1, got {FLAGS.batch_size}')
+  decode_lib.check_paths(FLAGS.input, FLAGS.output, FLAGS.reference, FLAGS.metrics_json)  # before the model loads
   clusters_dir = None
   if FLAGS.projection == 'clustered':
     clusters_dir = FLAGS.clusters or os.path.join(FLAGS.workdir, 'clusters', FLAGS.direction)

@@ -110,13 +110,17 @@ class Tokenizer:
       texts.append(self._sp.decode([i for i in ids if i not in (PAD_ID, BOS_ID)]))
     return texts
 
+  def has_piece(self, symbol: str) -> bool:
+    """Whether `symbol` is one piece of this vocabulary (a language tag of a multilingual model, say)."""
+    piece_id = self._sp.piece_to_id(symbol)
+    return piece_id != UNK_ID and self._sp.id_to_piece(piece_id) == symbol
+
   def special_id(self, symbol: str) -> int:
     """The id of a reserved symbol (RESERVED_SYMBOLS); an error for vocabularies trained without it."""
-    piece_id = self._sp.piece_to_id(symbol)
-    if piece_id == UNK_ID or self._sp.id_to_piece(piece_id) != symbol:
+    if not self.has_piece(symbol):
       raise FastmtError(f'{self.model_path} has no {symbol} symbol: it was trained before fastmt reserved it. '
                         'Train a model with a new vocabulary (a new --workdir) to use this objective or decoder')
-    return piece_id
+    return self._sp.piece_to_id(symbol)
 
   def pieces(self, ids) -> list[str]:
     return [self._sp.id_to_piece(int(i)) for i in ids]

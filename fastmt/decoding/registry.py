@@ -197,6 +197,8 @@ def get(name: str) -> Algorithm:
 
 
 def validate(settings) -> None:
+  if not settings.output_length_ratio > 0:  # NaN too
+    raise FastmtError(f'output_length_ratio must be > 0, got {settings.output_length_ratio}')
   get(settings.algorithm).check(settings)
 
 
