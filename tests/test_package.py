@@ -125,3 +125,19 @@ def test_a_plain_clone_runs_without_being_installed():
   result = subprocess.run([sys.executable, '-S', '-c', code, str(REPO / 'configs')], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
   assert result.returncode == 0, result.stderr
+
+
+def test_the_committed_notebooks_run_small_and_set_up_colab_the_same_way():
+  """CI executes the notebooks as committed (SMALL = True); on Colab their first code cell clones the repository
+  the user names (no placeholder URL) and installs the jax build of the runtime's accelerator."""
+  import json  # pylint: disable=g-import-not-at-top
+  setups = {}
+  for path in sorted((REPO / 'notebooks').glob('*.ipynb')):
+    cells = json.loads(path.read_text(encoding='utf-8'))['cells']
+    code = [''.join(c['source']) for c in cells if c['cell_type'] == 'code']
+    assert '\nSMALL = True\n' in code[0], path.name
+    assert 'YOUR-ACCOUNT' not in path.read_text(encoding='utf-8'), path.name
+    setups[path.name] = code[0][code[0].index('import os'):]
+  assert len(setups) == 5 and len(set(setups.values())) == 1, 'the notebooks\' setup cells differ'
+  setup = next(iter(setups.values()))
+  assert "REPO_URL = ''  # @param" in setup and 'jax[tpu]' in setup and 'jax[cuda12]' in setup
