@@ -17,10 +17,12 @@ def parse_flags_or_exit(argv):
     return flags.FLAGS(argv)
   except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
     key = _missing_key(e)
-    if key is not None:  # ml_collections: an override of a key the (locked) config does not have
-      overrides = [a.split('=', 1)[0] for a in argv if a.startswith('--config.')]
-      named = [o for o in overrides if o.rsplit('.', 1)[-1] == key] or overrides
-      sys.exit(f'{argv[0]}: bad config override {", ".join(named) or "--config"}: the config has no key {key!r}')
+    overrides = [a.split('=', 1)[0] for a in argv if a.startswith('--config.')]
+    named = [o for o in overrides if key in o.split('.')[1:]]
+    if named:  # ml_collections: an override of a key the (locked) config does not have
+      sys.exit(f'{argv[0]}: bad config override {", ".join(named)}: the config has no key {key!r}')
+    if key is not None:  # a KeyError of the config file itself
+      sys.exit(f'{argv[0]}: bad config: KeyError {key!r} while loading it')
     sys.exit(f'{argv[0]}: bad flag or config override: {one_line_message(e)}')
 
 

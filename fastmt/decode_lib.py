@@ -7,9 +7,11 @@ first lines appear before the last are read. Scoring is automatic with a referen
 """
 
 import dataclasses
+import io
 import json
 import logging
 import os
+import stat
 import statistics
 import sys
 import time
@@ -88,27 +90,49 @@ def check_output_path(path: str, what: str = '--output') -> None:
     raise FastmtError(f'{what} {path!r}: there is no directory {parent!r}')
 
 
+def _file_stat(path: str):
+  """os.stat of a regular file ('-': of stdin, when it is one, as in `decode.py --output x < x`), else None:
+  devices and pipes (/dev/null, a terminal) may be both read and written."""
+  try:
+    result = os.fstat(sys.stdin.fileno()) if path == '-' else os.stat(path)
+  except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # no such file; stdin without a descriptor
+    return None
+  return result if stat.S_ISREG(result.st_mode) else None
+
+
 def _same_file(a: str, b: str) -> bool:
-  return a != '-' and b != '-' and os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+  """Whether two paths name one regular file, existing (hard links too) or still to be written."""
+  if a != '-' and b != '-' and os.path.realpath(a) == os.path.realpath(b):
+    return not os.path.exists(a) or os.path.isfile(a)
+  first, second = _file_stat(a), _file_stat(b)
+  return first is not None and second is not None and os.path.samestat(first, second)
 
 
 def check_paths(input_path: str, output_path: str, reference_path: str | None = None,
-                metrics_path: str | None = None) -> None:
+                metrics_path: str | None = None, errors: str = 'strict') -> None:
   """Everything decode.py can check about its files before it loads a model: inputs exist, outputs can be
-  written, no output is an input (opening it for writing would erase the sentences before they are read), and
-  a reference has as many lines as the input (when both are files)."""
+  written, no output is an input or another output (opening it for writing would erase what it holds), and a
+  reference file has as many lines as the input and, with errors='strict', valid UTF-8."""
   check_input_path(input_path)
   check_output_path(output_path)
+  readers = [(input_path, 'input')] + ([(reference_path, 'reference')] if reference_path is not None else [])
+  writers = [(output_path, '--output')]
   if metrics_path:
     check_output_path(metrics_path, '--metrics_json')
-  for path, what in ((input_path, 'input'), (reference_path, 'reference')):
-    if path is not None and _same_file(path, output_path):
-      raise FastmtError(f'--output {output_path!r} is the {what} file: writing the translations there would erase '
-                        'it; choose another output file')
+    writers.append((metrics_path, '--metrics_json'))
+  for i, (path, flag) in enumerate(writers):
+    for other, what in readers + [(p, f'{f} file') for p, f in writers[:i]]:
+      if _same_file(path, other):
+        raise FastmtError(f'{flag} {path!r} is the {what} file: writing there would erase it; choose another file')
   if reference_path is not None:
     check_input_path(reference_path, 'reference file')
-    inputs, references = count_lines(input_path), count_lines(reference_path)
-    if inputs is not None and references is not None and inputs != references:
+    inputs = count_lines(input_path)
+    if reference_path == '-' or not os.path.isfile(reference_path):
+      return  # a stream: read once, when scoring
+    # One pass over the reference: its lines, and (strict) its UTF-8, which would otherwise fail after decoding.
+    references = (sum(1 for _ in iter_lines(reference_path, 'strict')) if errors == 'strict'
+                  else count_lines(reference_path))
+    if inputs is not None and inputs != references:
       raise FastmtError(f'{input_path} has {inputs} lines but the reference {reference_path} has {references}')
 
 
@@ -149,6 +173,12 @@ def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
 def read_input(path: str, errors: str, counts: InputCounts | None = None) -> list[str]:
   """All lines of a file or stdin (iter_lines as a list)."""
   return list(iter_lines(path, errors, counts))
+
+
+def has_visible_text(line: str) -> bool:
+  """Whether a line holds anything to translate: a character that is neither space nor invisible (zero-width,
+  byte-order mark, control), which encode to no piece. A line without is an empty input, and gets no tag."""
+  return any(ch.isprintable() and not ch.isspace() for ch in line)
 
 
 def one_line(text: str) -> str:
@@ -327,10 +357,10 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
   """decode.py's job: input file (or '-') -> output file (or '-'), in order, streamed; a report.
 
   Holds the hypotheses only when scoring (strings, not tensors) and the first speed_sentences sources. Paths are
-  checked first (check_paths); the output file is opened when the first translation is ready, so an error in
-  the first chunk of input leaves an existing output file as it was.
+  checked first (check_paths); the output file is opened when the first translation is written, so an error
+  before it (bad UTF-8 in the first chunk, a bad setting) leaves an existing output file as it was.
   """
-  check_paths(input_path, output_path, reference_path)
+  check_paths(input_path, output_path, reference_path, errors=input_errors)
   if batch_size < 1:
     raise FastmtError(f'batch_size must be >= 1, got {batch_size}')
   input_counts = InputCounts()
@@ -340,7 +370,7 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
     if not translator.tokenizer.has_piece(tag):
       raise FastmtError(f'--tag_inputs: the vocabulary has no {tag} symbol, so this model was not trained to '
                         f'translate {tag_direction} (a multilingual model keeps one tag per direction)')
-    lines = (f'{tag} {line}' if line.strip() else line for line in lines)
+    lines = (f'{tag} {line}' if has_visible_text(line) else line for line in lines)
   first_sources = []
 
   def remembered(source_lines):

@@ -127,9 +127,7 @@ def eval_step(params, batch, step, apply_fn, objective_fn=objectives.get('at')):
 def check_or_save_model_config(workdir: str, model_config: ModelConfig):
   """The workdir's model config must match: resuming another architecture's checkpoint is an error."""
   path = os.path.join(workdir, MODEL_CONFIG_FILE)
-  checkpoints = os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)
-  trained = os.path.isdir(checkpoints) and any(name.isdigit() for name in os.listdir(checkpoints))
-  if os.path.exists(path) and trained:
+  if os.path.exists(path) and workdir_lib.has_checkpoints(workdir):
     with open(path) as f:
       saved = ModelConfig.from_json(f.read(), path)
     if saved != model_config:

@@ -91,12 +91,22 @@ def load_objective_options(workdir: str) -> dict:
   return record.get('options', {}) if isinstance(record, dict) else {}
 
 
+def has_checkpoints(workdir: str) -> bool:
+  """Whether a run has saved any checkpoint (the resumable ones or the best one): then its records bind it."""
+  for name in (CHECKPOINT_DIR, BEST_CHECKPOINT_DIR):
+    directory = os.path.join(workdir, name)
+    if os.path.isdir(directory) and any(entry.isdigit() for entry in os.listdir(directory)):
+      return True
+  return False
+
+
 def save_objective(workdir: str, objective: str, options: dict | None = None) -> None:
   """Records the objective and its options; resuming a workdir with another objective or other options is
-  an error (fine-tune into a new one)."""
+  an error (fine-tune into a new one). A record without checkpoints (a start that failed before its first)
+  is replaced."""
   path = os.path.join(workdir, OBJECTIVE_FILE)
   options = dict(options or {})
-  if os.path.exists(path):
+  if os.path.exists(path) and has_checkpoints(workdir):
     saved, saved_options = load_objective(workdir), load_objective_options(workdir)
     if (saved, saved_options) != (objective, options):
       raise FastmtError(f'{workdir} was trained with objective {saved!r} {saved_options}, not {objective!r} '

@@ -87,8 +87,9 @@ def test_bad_lines_and_settings_are_fastmt_errors_and_translate_reports_its_coun
     model.translate_iter('God')
   with pytest.raises(FastmtError, match='got bytes'):
     list(model.translate_iter([b'God\n']))
-  with pytest.raises(FastmtError, match='output_length_ratio must be > 0'):
-    model.translate(SENTENCES[:1], output_length_ratio=-5)
+  for ratio in (-5, float('inf'), float('nan'), None):
+    with pytest.raises(FastmtError, match='output_length_ratio must be > 0'):
+      model.translate(SENTENCES[:1], output_length_ratio=ratio)
   stats = fastmt.TranslationStats()
   long_line = ' '.join(['light'] * 3 * model.config.max_length)
   assert len(model.translate(['', SENTENCES[0], long_line], stats=stats)) == 3

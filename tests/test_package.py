@@ -91,13 +91,16 @@ def test_a_shipped_config_is_named_without_its_path(tmp_path):
 
 
 def test_an_unknown_objective_or_config_key_is_one_line(tmp_path):
+  # a config file's own KeyError is its error, not the override's
+  (tmp_path / 'own.py').write_text("def get_config():\n  raise KeyError('missing_in_the_config_file')\n")
   for config, override, message in (
       ('tiny', '--config.objective=nat', "Unknown training objective 'nat'"),
       ('tiny', '--config.model.heads=3', "--config.model.heads: the config has no key 'heads'"),
       ('tiny', '--config.nosuch=1', "--config.nosuch: the config has no key 'nosuch'"),
       ('tiny', '--nosuchflag', "Unknown command line flag 'nosuchflag'"),
       ('nosuchconfig', '--config.seed=1', "no config file 'nosuchconfig', and no shipped config of that name"),
-      ('quickstart:zzz', '--config.seed=1', 'get_config() takes 0 positional arguments')):
+      ('quickstart:zzz', '--config.seed=1', 'get_config() takes 0 positional arguments'),
+      (str(tmp_path / 'own.py'), '--config.seed=1', "bad config: KeyError 'missing_in_the_config_file'")):
     result = subprocess.run([sys.executable, str(REPO / 'train.py'), '--config', config, '--workdir',
                              str(tmp_path / 'run'), override], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr

@@ -106,6 +106,11 @@ def test_a_model_config_left_by_a_start_that_never_checkpointed_is_replaced(trai
   (workdir / 'model_config.json').write_text(config.replace(mlp_dim=8).to_json())
   train_lib.check_or_save_model_config(str(workdir), config)  # no checkpoint: nothing was trained with it
   assert ModelConfig.from_json((workdir / 'model_config.json').read_text()) == config
-  (workdir / 'checkpoints' / '5').mkdir(parents=True)
+  workdir_lib.save_objective(str(workdir), 'hrt', {'chunk_size': 2})  # the failed start's objective record
+  workdir_lib.save_objective(str(workdir), 'at')  # replaced: nothing was trained with it
+  assert workdir_lib.load_objective(str(workdir)) == 'at'
+  (workdir / 'best_checkpoint' / '5').mkdir(parents=True)  # a best checkpoint binds the run too
   with pytest.raises(ValueError, match='another model config'):
     train_lib.check_or_save_model_config(str(workdir), config.replace(mlp_dim=8))
+  with pytest.raises(ValueError, match="trained with objective 'at'"):
+    workdir_lib.save_objective(str(workdir), 'hrt', {'chunk_size': 2})

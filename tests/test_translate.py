@@ -358,13 +358,34 @@ def test_decode_checks_its_files_before_loading_a_model(tmp_path):
            (str(tmp_path), None, None, 'is a directory'),
            (str(tmp_path / 'hyp'), str(ref), None, 'has 2 lines but the reference'),
            (str(tmp_path / 'hyp'), str(tmp_path / 'missing'), None, 'No reference file'),
-           (str(tmp_path / 'hyp'), None, str(tmp_path / 'nodir' / 'm.json'), '--metrics_json'))
+           (str(tmp_path / 'hyp'), None, str(tmp_path / 'nodir' / 'm.json'), '--metrics_json'),
+           (str(tmp_path / 'hyp'), None, str(src), "--metrics_json .* is the input file"),
+           (str(tmp_path / 'hyp'), None, str(tmp_path / 'hyp'), "--metrics_json .* is the --output file"))
   for output, reference, metrics, message in cases:
     with pytest.raises(ValueError, match=message):
       decode_lib.check_paths(str(src), output, reference, metrics)
   assert src.read_text(encoding='utf-8') == 'God\nlight\n'
   decode_lib.check_paths('-', '-')
   decode_lib.check_paths(str(src), str(tmp_path / 'hyp'), str(src), str(tmp_path / 'm.json'))
+  decode_lib.check_paths('/dev/null', '/dev/null')  # devices may be read and written at once
+  # `decode.py --output src.txt < src.txt`: stdin is that file
+  with open(src, encoding='utf-8') as stdin, pytest.MonkeyPatch.context() as patch:
+    patch.setattr(sys, 'stdin', stdin)
+    with pytest.raises(ValueError, match='is the input file'):
+      decode_lib.check_paths('-', str(src))
+  # a reference with invalid UTF-8 fails here, before decoding, unless it is to be replaced
+  (tmp_path / 'bad_ref').write_bytes(b'Gott\n\xff\n')
+  with pytest.raises(ValueError, match='bad_ref:2: invalid UTF-8'):
+    decode_lib.check_paths(str(src), str(tmp_path / 'hyp'), str(tmp_path / 'bad_ref'))
+  decode_lib.check_paths(str(src), str(tmp_path / 'hyp'), str(tmp_path / 'bad_ref'), errors='replace')
+
+
+def test_decode_cli_checks_its_files_before_it_loads_the_model(tmp_path):
+  src = tmp_path / 'src.txt'
+  src.write_text('God\n', encoding='utf-8')
+  result = decode_cli(['--workdir', str(tmp_path / 'no_model'), '--input', str(src), '--output', str(src)])
+  assert result.returncode != 0 and 'is the input file' in result.stderr and 'Traceback' not in result.stderr
+  assert src.read_text(encoding='utf-8') == 'God\n'
 
 
 def test_translate_file_counts_replaced_utf8_reads_streams_and_leaves_the_output_until_it_writes(model_parts,
@@ -388,10 +409,10 @@ def test_translate_file_counts_replaced_utf8_reads_streams_and_leaves_the_output
   fifo = tmp_path / 'fifo'
   os.mkfifo(fifo)
   import threading  # pylint: disable=g-import-not-at-top
-  writer = threading.Thread(target=lambda: fifo.write_text('God\n\nlight\n', encoding='utf-8'))
-  writer.start()
+  writer = threading.Thread(target=lambda: fifo.write_text('God\n\nlight\n', encoding='utf-8'), daemon=True)
+  writer.start()  # a daemon, with a timeout: a failure before the pipe is opened must not hang the test run
   report = decode_lib.translate_file(translator, str(fifo), str(tmp_path / 'from_fifo'), show_progress=False)
-  writer.join()
+  writer.join(timeout=60)
   assert report.sentences == 3 and report.empty_inputs == 1
   assert (tmp_path / 'from_fifo').read_text(encoding='utf-8').split('\n')[1] == ''
   # no input: an empty output file, and nothing to score rather than a crash

@@ -72,7 +72,8 @@ def define_flags():
   flags.DEFINE_integer('speed_sentences', 0, 'Also time this many sentences one by one at batch 1 '
                        '(ms/sentence, compile excluded; 0 = no timing).')
   flags.DEFINE_enum('input_errors', 'strict', ['strict', 'replace'],
-                    'Invalid UTF-8 in the input: strict = error naming the line; replace = U+FFFD.')
+                    'Invalid UTF-8 in the input and the reference: strict = an error naming the line (the '
+                    'reference is checked before decoding); replace = U+FFFD, counted in the report.')
   flags.DEFINE_string('metrics_json', None, 'Write every printed figure to this JSON file.')
   flags.DEFINE_string('ddgviz', None, 'Directory for DDGviz traces (PNG + HTML) of the first sentences.')
   flags.DEFINE_integer('ddgviz_sentences', 3, 'How many sentences --ddgviz draws.')
@@ -98,12 +99,13 @@ def main(argv):
                             jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram,
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
                             drafter=FLAGS.drafter)
+  # Before the model loads: a mistyped path or setting costs nothing.
+  decode_lib.check_paths(FLAGS.input, FLAGS.output, FLAGS.reference, FLAGS.metrics_json, FLAGS.input_errors)
   if FLAGS.ddgviz and not os.path.isfile(FLAGS.input):
     raise FastmtError('--ddgviz reads its sentences from --input again after translating: give a file, not stdin '
                       'or a stream')
   if FLAGS.batch_size < 1:
     raise FastmtError(f'--batch_size must be >= 1, got {FLAGS.batch_size}')
-  decode_lib.check_paths(FLAGS.input, FLAGS.output, FLAGS.reference, FLAGS.metrics_json)  # before the model loads
   clusters_dir = None
   if FLAGS.projection == 'clustered':
     clusters_dir = FLAGS.clusters or os.path.join(FLAGS.workdir, 'clusters', FLAGS.direction)

@@ -6,6 +6,7 @@ family need an autoregressive ('at') model.
 """
 
 import dataclasses
+import math
 from typing import Any, Callable
 
 from fastmt.decoding import beam, greedy, hrt, interleaved, jacobi
@@ -197,7 +198,8 @@ def get(name: str) -> Algorithm:
 
 
 def validate(settings) -> None:
-  if not settings.output_length_ratio > 0:  # NaN too
+  ratio = settings.output_length_ratio
+  if not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0:
     raise FastmtError(f'output_length_ratio must be > 0, got {settings.output_length_ratio}')
   get(settings.algorithm).check(settings)
 
