@@ -10,6 +10,7 @@ reported, speed-ups are ratios to greedy from the same repeats.
 """
 
 import dataclasses
+import glob
 import json
 import os
 import platform
@@ -58,11 +59,27 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
       raise FastmtError(f'{label}: spec:auto chooses among decoders by timing them (fastmt.bench, decode.py '
                         '--block_size auto); name a width here, e.g. spec:2')
     args = [str(width.WIDTHS[-1])]
-  values = [int(a) for a in args]
+  if name in _METHOD_FORMS:
+    most, suffixes, example = _METHOD_FORMS[name]
+    if len(args) > most:
+      raise FastmtError(f'{label}: {name} takes at most {most} number{"s" if most != 1 else ""} after it '
+                        f'(e.g. {example})')
+    if init and not any(init == x or (x == 'dedupN' and init.startswith('dedup')) for x in suffixes):
+      raise FastmtError(f'{label}: unknown suffix +{init} for {name}'
+                        + (f': use one of {["+" + x for x in suffixes]}' if suffixes else ' (it takes none)'))
+  try:
+    values = [int(a) for a in args]
+  except ValueError:
+    raise FastmtError(f'{label}: the numbers after {name} must be integers, got {args}') from None
+  if any(v < 0 for v in values):
+    raise FastmtError(f'{label}: the numbers after {name} must not be negative, got {values}')
   if name == 'ib' and init and not init.startswith('dedup'):
     raise FastmtError(f'Unknown suffix +{init} for ib: use +dedupN')
   if name in ('beam', 'ib'):
-    dedup = {'dedup_ngram': int(init[len('dedup'):] or 2)} if name == 'ib' and init else {}
+    try:
+      dedup = {'dedup_ngram': int(init[len('dedup'):] or 2)} if name == 'ib' and init else {}
+    except ValueError:
+      raise FastmtError(f'{label}: +dedupN takes an integer N, got +{init}') from None
     return label, DecodeSettings(name, beam_size=values[0] if values else None, **dedup), dtype
   if name == 'spec':
     if init not in ('',) + registry.DRAFTERS:
@@ -77,6 +94,12 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
     parallel = values[1] if len(values) > 1 else 0
     return label, DecodeSettings(name, block_size=block, parallel_length=parallel, **jacobi), dtype
   return label, DecodeSettings(name, **jacobi), dtype
+
+
+# What each method name takes (parse_method's forms): (at most this many numbers, suffixes, an example).
+_METHOD_FORMS = {'greedy': (0, (), 'greedy'), 'beam': (1, (), 'beam:4'), 'pj': (0, ('bigram', 'pad'), 'pj+bigram'),
+                 'pgj': (1, ('bigram', 'pad'), 'pgj:3'), 'hgj': (2, ('bigram', 'pad'), 'hgj:3:16'),
+                 'ib': (1, ('dedupN',), 'ib:4'), 'hrt': (2, (), 'hrt:5:1'), 'spec': (1, registry.DRAFTERS, 'spec:3+ngram')}
 
 
 def source_words(texts) -> int:
@@ -114,9 +137,15 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
   model_config = workdir_lib.load_model_config(workdir)
   objective = workdir_lib.load_objective(workdir)
   options = workdir_lib.load_objective_options(workdir)
-  parsed = [m for m in (parse_method(x, allow_auto=True) for x in methods) if registry.decodes(m[1], objective)]
+  every = [parse_method(x, allow_auto=True) for x in methods]
+  parsed = [m for m in every if registry.decodes(m[1], objective)]
   if not parsed:
     raise FastmtError(f'None of the methods {list(methods)} decodes {workdir} (objective {objective!r})')
+  skipped = [m[0] for m in every if m not in parsed]
+  if skipped:  # expected in a comparison of AT and interleaved models; said, so that a typo is not silent
+    logging.warning('%s (objective %r) skips %s: not for this objective%s', workdir, objective, skipped,
+                    ' (spec:W drafts with the model itself: spec:W+ngram, +bigram or +model for any AT model)'
+                    if any(m[1].algorithm == 'spec' for m in every if m not in parsed) else '')
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
   tokenizer = workdir_lib.load_tokenizer(workdir)
   translators = {}
@@ -387,9 +416,20 @@ def _greedy_floor(workdir, sources, results):
           'times_the_floor': ms_per_token / floor['floor_ms_per_token'], **curves, **encoder}
 
 
+def _check_counts() -> None:
+  """Counts that would otherwise fail after minutes of work (a median of no repeats) or cut silently."""
+  for name, least in (('repeats', 1), ('batch_size', 1), ('large_batch_sentences', 1), ('speed_sentences', 0),
+                      ('limit', 0)):
+    if FLAGS[name].value < least:
+      raise FastmtError(f'--{name} must be >= {least}, got {FLAGS[name].value}')
+  for label in FLAGS.methods:
+    parse_method(label, allow_auto=True)  # a malformed method is an error before any model loads
+
+
 def main(argv):
-  del argv
+  del argv  # cli.run refuses positional arguments
   logging.set_verbosity(logging.WARNING)  # orbax and tfds log every read at INFO
+  _check_counts()
   config = workdir_lib.load_train_config(FLAGS.workdir)
   data = corpus.load_split(config.dataset, FLAGS.split)
   if FLAGS.direction:
@@ -397,6 +437,8 @@ def main(argv):
   sources, references = data.sources, data.targets
   if FLAGS.limit:
     sources, references = sources[:FLAGS.limit], references[:FLAGS.limit]
+  if not sources:
+    raise FastmtError(f'the {FLAGS.split} split has no sentences to translate')
   if FLAGS.split == width.CALIBRATION_SPLIT and any(map(is_auto, FLAGS.methods)):
     logging.warning('spec:auto times its widths on the %s split, which this bench also scores: its choice '
                     'has seen these sentences (the output is greedy\'s either way; the speed is not independent)',
@@ -419,6 +461,8 @@ def _write_outputs(results, environment, hypotheses, table):
   if not FLAGS.output_dir:
     return
   os.makedirs(FLAGS.output_dir, exist_ok=True)
+  for stale in glob.glob(os.path.join(FLAGS.output_dir, 'hyp.*.txt')):  # an earlier run's, maybe other methods
+    os.remove(stale)
   with open(os.path.join(FLAGS.output_dir, 'results.json'), 'w') as f:
     json.dump({'results': [dataclasses.asdict(r) for r in results], 'environment': environment}, f, indent=1)
   with open(os.path.join(FLAGS.output_dir, 'table.md'), 'w') as f:

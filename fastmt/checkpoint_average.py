@@ -95,8 +95,7 @@ def define_flags():
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise FastmtError(f'Unexpected arguments: {argv[1:]}')
+  del argv  # cli.run refuses positional arguments
   params, steps = average_last_checkpoints(FLAGS.workdir, FLAGS.last, FLAGS.checkpoint)
   write_averaged_workdir(FLAGS.workdir, FLAGS.output, params, steps)
   print(f'Averaged steps {steps} of {FLAGS.workdir} into {FLAGS.output}')

@@ -49,9 +49,13 @@ def one_line_message(error: Exception) -> str:
 
 
 def exit_on_user_error(main):
-  """Wraps an absl main: a FastmtError ends the program with its one-line message instead of a traceback."""
+  """Wraps an absl main: a FastmtError ends the program with its one-line message instead of a traceback.
+  No fastmt tool takes positional arguments, so any left after the flags is an error (a value meant for a
+  list flag, `--methods greedy beam:4`, would otherwise be dropped without a word)."""
   def wrapped(argv):
     try:
+      if len(argv) > 1:
+        raise FastmtError(f'Unexpected arguments: {argv[1:]} (list flags take commas: --methods greedy,beam:4)')
       return main(argv)
     except FastmtError as e:
       sys.exit(f'{sys.argv[0]}: error: {e}')

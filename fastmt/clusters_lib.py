@@ -82,11 +82,17 @@ def save_clusters(directory: str, clusters: projection.Clusters, metadata: dict)
   os.makedirs(directory, exist_ok=True)
   arrays = {'centroids': clusters.centroids, 'centroid_sq_norms': clusters.centroid_sq_norms,
             'active_sets': clusters.active_sets}
+  # The metadata (with its fingerprint) goes first and comes back last, atomically: a rebuild killed half-way
+  # leaves no metadata, so old fingerprints never vouch for new arrays (load_clusters: "No clusters").
+  path = os.path.join(directory, METADATA)
+  if os.path.exists(path):
+    os.remove(path)
   checkpointer = ocp.StandardCheckpointer()
   checkpointer.save(os.path.join(directory, 'arrays'), arrays, force=True)
   checkpointer.wait_until_finished()
-  with open(os.path.join(directory, METADATA), 'w') as f:
+  with open(path + '.tmp', 'w') as f:
     json.dump({**metadata, 'vocab_size': clusters.vocab_size, 'capacity': clusters.capacity}, f, indent=1)
+  os.replace(path + '.tmp', path)
 
 
 def load_clusters(directory: str, model_config, tokenizer, params) -> projection.Clusters:
@@ -110,6 +116,11 @@ def load_clusters(directory: str, model_config, tokenizer, params) -> projection
 
 def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, top_k: int,
                       iterations: int = 20, kmeans_batch: int | None = 8192, seed: int = 0, checkpoint='latest'):
+  if num_clusters < 1 or top_k < 1:
+    raise FastmtError(f'num_clusters and top_k must be >= 1, got {num_clusters} and {top_k}')
+  if not any(s.strip() for s in sources):
+    raise FastmtError('no source sentences to record decoder states from (an empty or blank input, or '
+                      '--max_sentences 0)')
   model_config = workdir_lib.load_model_config(workdir)
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
   tokenizer = workdir_lib.load_tokenizer(workdir)
@@ -117,6 +128,9 @@ def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, 
   translator = Translator(model_config, params, tokenizer, DecodeSettings('greedy'),
                           objective=workdir_lib.load_objective(workdir))
   hidden, top = record_states(translator, sources, top_k)
+  if len(hidden) < num_clusters:
+    raise FastmtError(f'{len(sources)} sentences gave {len(hidden)} decoder states, fewer than --num_clusters '
+                      f'{num_clusters}: give more sentences (--max_sentences) or fewer clusters')
   centroids = projection.fit_kmeans(hidden, num_clusters, iterations, kmeans_batch, seed)
   clusters = projection.build_clusters(hidden, top, centroids, model_config.vocab_size)
   directory = os.path.join(workdir, 'clusters', direction)
@@ -147,7 +161,9 @@ def define_flags():
 
 
 def main(argv):
-  del argv
+  del argv  # cli.run refuses positional arguments
+  if FLAGS.max_sentences < 0:
+    raise FastmtError(f'--max_sentences must be >= 0, got {FLAGS.max_sentences}')
   if FLAGS.input:
     sources = corpus.read_lines(FLAGS.input)
     if FLAGS.tag_inputs:

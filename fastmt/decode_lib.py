@@ -152,6 +152,8 @@ def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
   try:
     for number, raw in enumerate(stream, start=1):
       raw = raw[:-1] if raw.endswith(b'\n') else raw
+      if number == 1 and raw.startswith(corpus.UTF8_BOM):  # not text: dropped, as corpus.decode_lines does
+        raw = raw[len(corpus.UTF8_BOM):]
       try:
         text = raw.decode('utf-8')
       except UnicodeDecodeError as e:

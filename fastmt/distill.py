@@ -49,6 +49,12 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
 
   max_chunks stops after that many chunks (for tests of resumption; None = all).
   """
+  if chunk_sentences < 1:
+    raise FastmtError(f'chunk_sentences must be >= 1, got {chunk_sentences}')
+  for role, workdir in (('teacher', teacher_workdir), ('student', student_workdir)):
+    if workdir and os.path.realpath(output_dir) == os.path.realpath(workdir):
+      raise FastmtError(f'--output_dir {output_dir} is the {role} work directory; distil into a directory of its '
+                        'own')
   teacher_spm = os.path.join(teacher_workdir, workdir_lib.TOKENIZER_FILE)
   if student_workdir:
     check_same_vocabulary(teacher_spm, student_workdir)
@@ -147,8 +153,7 @@ def define_flags():
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise FastmtError(f'Unexpected arguments: {argv[1:]}')
+  del argv  # cli.run refuses positional arguments
   logging.getLogger().setLevel(logging.INFO)
   config = workdir_lib.load_train_config(FLAGS.teacher)
   sources = corpus.load_split(config.dataset, FLAGS.split).sources

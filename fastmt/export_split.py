@@ -8,21 +8,34 @@ target-language tag already, so translate them without `decode.py --tag_inputs`.
 Books 40-43 are in no split, so no export can reach them.
 """
 
-from absl import app, flags, logging
+import os
+
+from absl import flags, logging
 
 from fastmt import cli, workdir as workdir_lib
 from fastmt.data import corpus
+from fastmt.errors import FastmtError, MissingError
 
 FLAGS = flags.FLAGS
 
 
 def export_split(dataset_config, split: str, output_prefix: str, direction: str = '') -> int:
   """Writes <output_prefix>.src and .ref; returns the number of lines."""
+  outputs = [f'{output_prefix}.{suffix}' for suffix in ('src', 'ref')]
+  directory = os.path.dirname(os.path.abspath(output_prefix))
+  if not os.path.isdir(directory):
+    raise MissingError(f'--output_prefix {output_prefix}: no directory {directory}')
+  inputs = {os.path.realpath(p) for p in dataset_config.get(f'{split}_files', None) or () if p}
+  for path in outputs:
+    if os.path.isdir(path):
+      raise FastmtError(f'{path} is a directory')
+    if os.path.realpath(path) in inputs:
+      raise FastmtError(f'{path} is one of the dataset\'s own {split} files: writing it would erase it')
   data = corpus.load_split(dataset_config, split)
   if direction:
     data = data.select(direction)
-  for suffix, lines in (('src', data.sources), ('ref', data.targets)):
-    with open(f'{output_prefix}.{suffix}', 'w', encoding='utf-8') as f:
+  for path, lines in zip(outputs, (data.sources, data.targets)):
+    with open(path, 'w', encoding='utf-8') as f:
       f.writelines(line + '\n' for line in lines)
   return len(data.sources)
 
@@ -36,7 +49,7 @@ def define_flags():
 
 @cli.exit_on_user_error
 def main(argv):
-  del argv
+  del argv  # cli.run refuses positional arguments
   logging.set_verbosity(logging.WARNING)
   config = workdir_lib.load_train_config(FLAGS.workdir)
   count = export_split(config.dataset, FLAGS.split, FLAGS.output_prefix, FLAGS.direction)

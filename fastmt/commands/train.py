@@ -16,7 +16,6 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from fastmt import cli, configs
-from fastmt.errors import FastmtError
 
 FLAGS = flags.FLAGS
 
@@ -31,8 +30,7 @@ def define_flags():
 def main(argv):
   import jax  # pylint: disable=g-import-not-at-top
   from fastmt import train_lib  # pylint: disable=g-import-not-at-top
-  if len(argv) > 1:
-    raise FastmtError(f'Unexpected arguments: {argv[1:]}')
+  del argv  # cli.run refuses positional arguments
   # orbax logs every checkpoint write at INFO; keep the console to fastmt's progress and warnings.
   logging.set_verbosity(logging.WARNING)
   std_logging.getLogger().setLevel(std_logging.WARNING)

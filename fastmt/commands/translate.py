@@ -83,8 +83,7 @@ def define_flags():
 def main(argv):
   from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
   from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
-  if len(argv) > 1:
-    raise FastmtError(f'Unexpected arguments: {argv[1:]}')
+  del argv  # cli.run refuses positional arguments
   logging.set_verbosity(logging.WARNING)
   std_logging.getLogger().setLevel(std_logging.WARNING)
   from fastmt import width  # pylint: disable=g-import-not-at-top

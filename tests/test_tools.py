@@ -1,0 +1,96 @@
+"""Bad input to the secondary tools (fastmt-bench, -distill, -clusters, -export-split, the work directory
+records): a clear FastmtError before any work, never a traceback, a loop that never ends or a file erased."""
+
+import json
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+
+from conftest import REPO
+from fastmt import bench, cli, clusters_lib, distill, export_split, workdir as workdir_lib
+from fastmt.errors import FastmtError, MissingError
+
+
+@pytest.mark.parametrize('method, message', [
+    ('pgj:b3', 'must be integers'),
+    ('beam:', 'must be integers'),
+    ('greedy:4', 'greedy takes at most 0 numbers'),
+    ('pgj:3:2', 'pgj takes at most 1 number after it'),
+    ('hgj:3:16:2', 'hgj takes at most 2 numbers'),
+    ('beam:4+ngram', 'unknown suffix \\+ngram for beam \\(it takes none\\)'),
+    ('pgj:3+ngram', "unknown suffix \\+ngram for pgj: use one of \\['\\+bigram', '\\+pad'\\]"),
+    ('ib+dedupx', '\\+dedupN takes an integer'),
+    ('spec:-2+ngram', 'must not be negative'),
+])
+def test_a_malformed_bench_method_is_a_clear_error(method, message):
+  with pytest.raises(FastmtError, match=message):
+    bench.parse_method(method)
+
+
+def test_well_formed_bench_methods_still_parse():
+  assert bench.parse_method('hgj:3:16+bigram')[1].parallel_length == 16
+  assert bench.parse_method('ib:4+dedup')[1].dedup_ngram == 2
+  assert bench.parse_method('spec:3+ngram@int8')[2] == 'int8'
+
+
+def test_positional_arguments_are_refused_by_every_tool():
+  """absl leaves words that are not flags in argv: `--methods greedy beam:4` would have measured greedy
+  alone, without a word."""
+  called = []
+  main = cli.exit_on_user_error(called.append)
+  with pytest.raises(SystemExit, match=r"Unexpected arguments: \['beam:4'\]"):
+    main(['fastmt-bench', 'beam:4'])
+  main(['fastmt-bench'])
+  assert called == [['fastmt-bench']]
+
+
+def test_bench_refuses_counts_that_would_fail_after_the_work_before_loading_anything(tmp_path):
+  commands = {'--repeats=0': '--repeats must be >= 1', '--limit=-3': '--limit must be >= 0',
+              '--methods=greedy:4': 'greedy takes at most 0 numbers'}
+  processes = {flag: subprocess.Popen([sys.executable, '-m', 'fastmt.bench', '--workdir', str(tmp_path / 'none'), flag],
+                                      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for flag in commands}
+  for flag, process in processes.items():
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode != 0 and commands[flag] in stderr and 'Traceback' not in stderr, (flag, stderr)
+
+
+def test_export_split_checks_its_output_before_loading_the_dataset(tmp_path):
+  (tmp_path / 'test.en').write_text('In the beginning\n')
+  (tmp_path / 'test.de').write_text('Im Anfang\n')
+  dataset = ml_collections.ConfigDict({'name': 'text', 'test_files': (str(tmp_path / 'test.en'),
+                                                                      str(tmp_path / 'test.de'))})
+  with pytest.raises(MissingError, match='no directory'):
+    export_split.export_split(dataset, 'test', str(tmp_path / 'missing' / 'test'))
+  dataset.test_files = (str(tmp_path / 'test.src'), str(tmp_path / 'test.de'))
+  (tmp_path / 'test.src').write_text('In the beginning\n')
+  with pytest.raises(FastmtError, match="test.src is one of the dataset's own test files"):
+    export_split.export_split(dataset, 'test', str(tmp_path / 'test'))
+  assert (tmp_path / 'test.src').read_text() == 'In the beginning\n'  # not erased
+  assert export_split.export_split(dataset, 'test', str(tmp_path / 'out')) == 1
+  assert (tmp_path / 'out.ref').read_text() == 'Im Anfang\n'
+
+
+def test_distillation_refuses_a_chunk_of_nothing_and_its_teachers_directory(tmp_path):
+  with pytest.raises(FastmtError, match='chunk_sentences must be >= 1'):
+    distill.distill(str(tmp_path), ['a'], str(tmp_path / 'kd'), chunk_sentences=0)  # looped forever before
+  with pytest.raises(FastmtError, match='is the teacher work directory'):
+    distill.distill(str(tmp_path), ['a'], str(tmp_path) + '/')
+
+
+def test_clusters_need_sentences_before_any_model_loads(tmp_path):
+  with pytest.raises(FastmtError, match='no source sentences'):
+    clusters_lib.build_for_workdir(str(tmp_path), 'en_de', ['', '  '], num_clusters=4, top_k=2)
+  with pytest.raises(FastmtError, match='num_clusters and top_k must be >= 1'):
+    clusters_lib.build_for_workdir(str(tmp_path), 'en_de', ['a'], num_clusters=0, top_k=2)
+
+
+def test_a_damaged_training_config_record_is_a_fastmt_error(tmp_path):
+  (tmp_path / workdir_lib.TRAIN_CONFIG_FILE).write_text('{"dataset": ')
+  with pytest.raises(FastmtError, match='is not valid JSON'):
+    workdir_lib.load_train_config(str(tmp_path))
+  (tmp_path / workdir_lib.TRAIN_CONFIG_FILE).write_text(json.dumps([1, 2]))
+  with pytest.raises(FastmtError, match='holds list, not a config'):
+    workdir_lib.load_train_config(str(tmp_path))
