@@ -8,7 +8,9 @@ and the ideal batch-1 speed-up on this machine. (Training speed: benchmarks/trai
 
 Ideal speed-up. A sentence costs the encoder plus its decoder calls; a call over z positions costs
 step_cost(z), from the step-cost curve fastmt.bench measures (environment.greedy_floor.step_cost_ms_b1), and
-the encoder t_encoder, which fastmt.bench measures beside it (encoder_ms_b1, roofline.encoder_cost):
+the encoder t_encoder, which fastmt.bench measures beside it (encoder_ms_b1: roofline.encoder_cost_padded, each
+timed source padded to its bucket as the Translator pads it; results written before 2026-11-25 timed the mean
+length, encoder_ms_b1_mean_length since):
     ideal = (t_encoder + calls_AT x step_cost(1)) / (t_encoder + calls_model x step_cost(z)).
 Everything else a translation pays once (dispatch, the loop's set-up, detokenisation) is left out, which makes
 the ideal a little higher than a perfect interleaved decoder could reach: a bar that errs against the method.
@@ -42,6 +44,11 @@ def slots_of(runs: str, name: str, environment: dict, baseline: bool = False) ->
   return options.get('directions', 1), options.get('words_per_direction', 1)
 
 
+def ideal_speedup(encoder_ms: float, at_calls: float, calls: float, curve: dict, z: int) -> float:
+  """AT's time over the model's, each the encoder plus its decoder calls at the curve's cost for their width."""
+  return (encoder_ms + at_calls * curve[1]) / (encoder_ms + calls * curve[z])
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--runs', required=True)
@@ -63,17 +70,23 @@ def main():
     print(f'Note: AT greedy\'s time ({at["ms_per_sentence_b1"]:.2f} ms) is below its calls x step_cost(1) '
           f'({at["decoder_calls_per_sentence"] * curve[1]:.2f} ms): encoder share taken as 0.')
     encoder_ms = 0.0
+  # Results since 2026-11-25 also keep the encoder timed at the mean source length, the ideal's encoder share
+  # until then: shown beside, so that tables before and after compare.
+  encoder_mean_ms = floor.get('encoder_ms_b1_mean_length')
 
   names = [args.baseline] + sorted({label.split('/')[0][:-len('_avg5')] for label in results if '/' in label})
   print(f'Baseline: {args.baseline} greedy, {at["ms_per_sentence_b1"]:.2f} ms/sentence at batch 1; encoder share '
         f'{encoder_ms:.2f} ms; step cost (ms, batch 1) by positions: '
         + ', '.join(f'{k}: {v:.3f} ({v / curve[1]:.2f}x)' for k, v in sorted(curve.items()) if k <= 8)
         + (f'; AT greedy\'s time less its calls at step_cost(1): '
-           f'{at["ms_per_sentence_b1"] - at["decoder_calls_per_sentence"] * curve[1]:.2f} ms' if curve else ''))
+           f'{at["ms_per_sentence_b1"] - at["decoder_calls_per_sentence"] * curve[1]:.2f} ms' if curve else '')
+        + (f'; encoder at the mean source length (the ideal\'s share before 2026-11-25): {encoder_mean_ms:.2f} ms'
+           if encoder_mean_ms is not None else ''))
   print()
+  mean_column = ' measured / ideal, mean-length encoder |' if encoder_mean_ms is not None else ''
   print('| model | (h, c) | greedy BLEU | greedy chrF | beam 4 BLEU | beam 4 chrF | calls/sent | speed-up b1 '
-        '| ideal b1 | measured / ideal | speed-up b32 | beam 4 speed-up b1 |')
-  print('|---|---|---|---|---|---|---|---|---|---|---|---|')
+        f'| ideal b1 | measured / ideal |{mean_column} speed-up b32 | beam 4 speed-up b1 |')
+  print('|---' * (12 + bool(mean_column)) + '|')
   for name in names:
     slots = slots_of(args.runs, name, data['environment'], baseline=name == args.baseline)
     prefix = '' if name == args.baseline else f'{name}_avg5/'
@@ -84,15 +97,18 @@ def main():
       continue
     h, c = slots or ('?', '?')
     z = h * c if slots else None
-    ideal = float('nan')
+    ideal = ideal_mean = float('nan')
     if curve and z in curve:
-      at_model_ms = encoder_ms + at['decoder_calls_per_sentence'] * curve[1]  # AT's own time, if ideal
-      ideal = at_model_ms / (encoder_ms + greedy['decoder_calls_per_sentence'] * curve[z])
+      ideal = ideal_speedup(encoder_ms, at['decoder_calls_per_sentence'], greedy['decoder_calls_per_sentence'], curve, z)
+      if encoder_mean_ms is not None:
+        ideal_mean = ideal_speedup(encoder_mean_ms, at['decoder_calls_per_sentence'],
+                                   greedy['decoder_calls_per_sentence'], curve, z)
+    mean_cell = f" {greedy['speedup_b1'] / ideal_mean:.2f} |" if mean_column else ''
     beam_cells = (f"{beam['bleu']:.2f} | {beam['chrf']:.2f}" if beam else '- | -')
     beam_speed = f"{beam['speedup_b1']:.2f}" if beam else '-'
     print(f"| {name} | ({h}, {c}) | {greedy['bleu']:.2f} | {greedy['chrf']:.2f} | {beam_cells} | "
           f"{greedy['decoder_calls_per_sentence']:.2f} | {greedy['speedup_b1']:.2f} | {ideal:.2f} | "
-          f"{greedy['speedup_b1'] / ideal:.2f} | {greedy['speedup_large']:.2f} | {beam_speed} |")
+          f"{greedy['speedup_b1'] / ideal:.2f} |{mean_cell} {greedy['speedup_large']:.2f} | {beam_speed} |")
 
 
 if __name__ == '__main__':

@@ -396,7 +396,8 @@ def _greedy_floor(workdir, sources, results):
   model_config = workdir_lib.load_model_config(workdir)
   tokenizer = workdir_lib.load_tokenizer(workdir)
   subset = sources[:FLAGS.speed_sentences]
-  source_len = float(np.mean([len(x) + 1 for x in tokenizer.encode(subset)]))
+  source_lengths = [len(x) + 1 for x in tokenizer.encode(subset)]
+  source_len = float(np.mean(source_lengths))
   target_len = int(greedy.decoder_calls_per_sentence)
   step_bytes, _ = roofline.decoder_step_cost(model_config, int(source_len), target_len)
   bandwidth = roofline.measure_read_bandwidth_gb_s(step_bytes)
@@ -407,9 +408,13 @@ def _greedy_floor(workdir, sources, results):
   params, _ = workdir_lib.restore_params(workdir, model_config, FLAGS.checkpoint)
   curves = {f'step_cost_ms_b{b}': roofline.step_cost_curve(model_config, params, batch_size=b,
                                                            source_length=int(source_len)) for b in (1, 32)}
-  # What every sentence pays once whatever decodes it: the ideal speed-ups add it to the decoder calls.
+  # What every sentence pays once whatever decodes it: the ideal speed-ups add it to the decoder calls. At
+  # batch 1 each source is padded to its own bucket, as the Translator does (until 2026-11-25: the mean length,
+  # kept as encoder_ms_b1_mean_length); at batch 32 the mean length stands for a batch's width.
   encoder = {f'encoder_ms_b{b}': roofline.encoder_cost(model_config, params, batch_size=b,
                                                       source_length=int(source_len)) for b in (1, 32)}
+  encoder['encoder_ms_b1_mean_length'] = encoder['encoder_ms_b1']
+  encoder['encoder_ms_b1'] = roofline.encoder_cost_padded(model_config, params, source_lengths)
   return {**floor, 'bandwidth_gb_s': bandwidth, 'main_memory_gb_s': dram,
           'main_memory_floor_ms': step_bytes / (dram * 1e9) * 1e3, 'peak_gflop_s': peak,
           'greedy_ms_per_token_b1': ms_per_token,

@@ -195,6 +195,12 @@ def check_draft_model(draft_model, tokenizer: Tokenizer) -> None:
                       f'{differ[0]}): a drafter shares the model\'s vocabulary')
 
 
+def source_buckets(max_length: int) -> tuple[int, ...]:
+  """The padded source widths a Translator compiles for: SOURCE_BUCKETS below max_length, then max_length. A
+  batch is padded to the first that holds its longest source (EOS included)."""
+  return tuple(b for b in SOURCE_BUCKETS if b < max_length) + (max_length,)
+
+
 def batch_rows(sentences: int, batch_size: int, devices: int = 1) -> int:
   """Rows of the static batch for `sentences` sentences: the next power of two, at most batch_size, a
   multiple of the device count. A lone sentence decodes at batch 1 instead of in a batch of padding."""
@@ -289,7 +295,7 @@ class Translator:
     self._decode = jax.jit(functools.partial(decode_source_batch, config=config, settings=settings))
     self._compiled = {}  # (rows, bucket) -> compiled executable
     self.compiler_options = dict(compiler_options or {})
-    self.buckets = tuple(b for b in SOURCE_BUCKETS if b < config.max_length) + (config.max_length,)
+    self.buckets = source_buckets(config.max_length)
 
   def encode_sources(self, texts, stats: TranslationStats, line_numbers=None):
     """Token ids with EOS, truncated to the model's maximum (counted; the warning names the input line,
@@ -347,7 +353,13 @@ class Translator:
       lengths = (source != PAD_ID).sum(1)
       row_caps = np.array([self.row_cap(n) if n else 0 for n in lengths], np.int32)
     executable = self._executable(*source.shape, stats)
-    put = lambda x: jax.device_put(np.asarray(x, np.int32), self.rows_sharding)
+    if self.rows_sharding.mesh.size == 1:
+      # One device: the executable places host arrays itself. A jax.device_put of each first cost 0.1-0.8 ms
+      # more per call on XLA:CPU (benchmarks/dispatch_cost.py, docs/BENCHMARKS.md section 1), which a batch-1
+      # caller pays per line.
+      put = lambda x: np.asarray(x, np.int32)
+    else:
+      put = lambda x: jax.device_put(np.asarray(x, np.int32), self.rows_sharding)
     return jax.block_until_ready(executable(self.params, put(source), put(row_caps), self.clusters,
                                             self.draft_table, self.output_projection, self.drafter))
 
@@ -367,12 +379,12 @@ class Translator:
     if empty:
       yield empty
     for indices, source, caps in self.batches(source_ids, batch_size):
-      result = self.decode_batch(source, caps, stats)
+      result = jax.device_get(self.decode_batch(source, caps, stats))  # one transfer for the whole output
       real = len(indices)
-      tokens = np.asarray(result.tokens)[:real]
+      tokens = result.tokens[:real]
       stats.batches += 1
       stats.padding_rows += source.shape[0] - real
-      stats.decoder_calls += int(np.asarray(result.decoder_calls)[:real].sum())
+      stats.decoder_calls += int(result.decoder_calls[:real].sum())
       stats.loop_iterations += int(result.loop_iterations)
       stats.outputs_at_cap += int((~(tokens == EOS_ID).any(-1)).sum())
       stats.output_tokens += int(((tokens != PAD_ID) & (tokens != EOS_ID)).sum())

@@ -138,6 +138,10 @@ def test_tokenizer_round_trip(tokenizer):
   assert tokenizer.decode(ids) == texts
   with_specials = [np.concatenate([[BOS_ID], ids[0], [EOS_ID, PAD_ID, 9]])]
   assert tokenizer.decode(with_specials) == texts[:1]  # stops at EOS, ignores BOS
+  # a short list goes text by text, a long one through SentencePiece's list call: the same ids
+  from fastmt.data.tokenizer import SMALL_ENCODE_BATCH  # pylint: disable=g-import-not-at-top
+  many = (texts + [''] + ['\u200b']) * SMALL_ENCODE_BATCH
+  assert [r.tolist() for r in tokenizer.encode(many)] == [r.tolist() for r in tokenizer.encode(many[:4]) * SMALL_ENCODE_BATCH]
 
 
 def test_prepare_pairs_counts_what_it_skips():

@@ -182,3 +182,20 @@ def test_step_cost_curve_times_the_translators_calls(dtype, batch_size):
   assert set(costs) == {1, 3} and all(0 < cost < 1e4 for cost in costs.values())
   # The encoder is timed on its own (the curve's calls no longer include it): the ideal speed-ups add it.
   assert 0 < roofline.encoder_cost(config, params, batch_size=batch_size, source_length=6, repeats=1) < 1e4
+
+
+def test_encoder_cost_padded_times_each_source_at_its_bucket(monkeypatch):
+  """The bench's encoder share at batch 1: each source at the width the Translator pads it to
+  (translate.source_buckets), weighted by how many sources share it; over-long sources at max_length."""
+  config = tiny_model_config()  # max_length 48: buckets 8, 16, 24, 32, 48
+  timed = []
+
+  def width_as_cost(config, params, batch_size, source_length, repeats):
+    timed.append((batch_size, source_length))
+    return float(source_length)
+  monkeypatch.setattr(roofline, 'encoder_cost', width_as_cost)
+  cost = roofline.encoder_cost_padded(config, None, [3, 9, 16, 17, 60])
+  assert sorted(timed) == [(1, 8), (1, 16), (1, 24), (1, 48)]  # each width timed once
+  assert cost == pytest.approx((8 + 16 + 16 + 24 + 48) / 5)
+  with pytest.raises(ValueError):
+    roofline.encoder_cost_padded(config, None, [])

@@ -392,3 +392,5 @@ def test_the_table_reads_each_rows_factorisation_from_results_json(tmp_path):
   (tmp_path / 'im_kd_avg5' / 'objective.json').write_text(
       '{"objective": "interleaved", "options": {"directions": 4, "words_per_direction": 1}}')
   assert table.slots_of(str(tmp_path), 'im_kd', {}) == (4, 1)
+  # the ideal: AT's encoder + calls at step_cost(1) over the model's encoder + calls at step_cost(z)
+  assert table.ideal_speedup(1.0, 30, 15, {1: 0.2, 2: 0.3}, 2) == pytest.approx((1 + 6) / (1 + 4.5))
