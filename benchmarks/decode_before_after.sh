@@ -2,6 +2,7 @@
 # decode.py's default run on the test split, end to end: this checkout against an older commit (BEFORE).
 #
 #   WORKDIR=runs/quickstart BEFORE=9b667f9 REPEATS=2 bash benchmarks/decode_before_after.sh
+#   DECODE_FLAGS="--batch_size 1" BEFORE=32249dd REPEATS=3 bash benchmarks/decode_before_after.sh   # batch 1
 #
 # Runs each side's `python decode.py --workdir W --input acts.src --output hyp --reference acts.ref
 # --metrics_json m.json` with its own defaults (BEFORE: a first pass, a timed second pass and 100 sentences
@@ -15,6 +16,7 @@ cd "$(dirname "$0")/.."
 WORKDIR=${WORKDIR:-runs/quickstart}
 BEFORE=${BEFORE:-9b667f9}
 REPEATS=${REPEATS:-2}
+DECODE_FLAGS=${DECODE_FLAGS:-}  # more decode.py flags for both sides (e.g. --batch_size 1)
 PY=${PY:-.venv/bin/python}
 OUT=runs/decode_before_after
 mkdir -p "$OUT"
@@ -37,8 +39,10 @@ run() {  # side, repeat, decode.py path, extra flags...
 
 rm -f "$OUT/wall.txt"
 for r in $(seq 1 "$REPEATS"); do
-  run before "$r" "$BEFORE_DIR/decode.py"
-  run after "$r" "$PWD/decode.py"
+  # shellcheck disable=SC2086
+  run before "$r" "$BEFORE_DIR/decode.py" $DECODE_FLAGS
+  # shellcheck disable=SC2086
+  run after "$r" "$PWD/decode.py" $DECODE_FLAGS
 done
 run batch1 1 "$PWD/decode.py" --batch_size 1
 
@@ -49,12 +53,14 @@ walls = {}
 for line in open(f'{out}/wall.txt'):
   side, r, seconds = line.split()
   walls.setdefault(side, []).append(float(seconds))
-print('| side | wall s (each run) | compile s | BLEU | chrF |')
-print('|---|---|---|---|---|')
+print('| side | wall s (each run) | compile s | sentences/s, compile excluded (each run) | BLEU | chrF |')
+print('|---|---|---|---|---|---|')
 for side in ('before', 'after', 'batch1'):
-  m = json.load(open(f'{out}/metrics.{side}.1.json'))
-  print(f"| {side} | {', '.join(f'{w:.1f}' for w in walls[side])} | {m['compile_s']:.1f} | {m['bleu']:.2f} | "
-        f"{m['chrf']:.2f} |")
+  runs = [json.load(open(f'{out}/metrics.{side}.{r}.json')) for r in range(1, len(walls[side]) + 1)]
+  m = runs[0]
+  rates = ', '.join(f"{x['sentences_per_s']:.1f}" if 'sentences_per_s' in x else '-' for x in runs)
+  print(f"| {side} | {', '.join(f'{w:.1f}' for w in walls[side])} | {m['compile_s']:.1f} | {rates} | "
+        f"{m['bleu']:.2f} | {m['chrf']:.2f} |")
 read = lambda name: open(f'{out}/{name}', encoding='utf-8').read().split('\n')
 before, after = read('hyp.before.1'), read('hyp.after.1')
 same = before == after

@@ -142,10 +142,8 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
   if not parsed:
     raise FastmtError(f'None of the methods {list(methods)} decodes {workdir} (objective {objective!r})')
   skipped = [m[0] for m in every if m not in parsed]
-  if skipped:  # expected in a comparison of AT and interleaved models; said, so that a typo is not silent
-    logging.warning('%s (objective %r) skips %s: not for this objective%s', workdir, objective, skipped,
-                    ' (spec:W drafts with the model itself: spec:W+ngram, +bigram or +model for any AT model)'
-                    if any(m[1].algorithm == 'spec' for m in every if m not in parsed) else '')
+  if skipped:  # expected in a comparison of AT and interleaved models; build_comparison warns if no model runs one
+    logging.info('%s (objective %r) skips %s: not for this objective', workdir, objective, skipped)
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
   tokenizer = workdir_lib.load_tokenizer(workdir)
   translators = {}
@@ -191,6 +189,11 @@ def build_comparison(workdir: str, compare_workdirs, methods=DEFAULT_METHODS, ch
       raise FastmtError(f'Two compared work directories are named {name!r}: their rows would share labels')
     more, _, _ = build_translators(other, methods, checkpoint, drafter_workdir)
     translators.update({f'{name}/{label}': t for label, t in more.items()})
+  unused = [m for m in methods if not any(label.rpartition('/')[2] == m for label in translators)]
+  if unused:  # a method no model can run (a typo'd drafter, spec:W's own drafts on AT models): said, not silent
+    logging.warning('No model here runs %s: each needs another objective%s', unused,
+                    ' (spec:W drafts with the model itself: spec:W+ngram, +bigram or +model decode any AT model)'
+                    if any(m.startswith('spec:') and '+' not in m for m in unused) else '')
   return translators, model_config, step
 
 

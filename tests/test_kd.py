@@ -187,7 +187,7 @@ def test_results_json_keeps_each_rows_objective_when_a_compared_directory_shares
   assert bench.objectives_of(str(own)) == {'m': objectives[''], '': objectives['']}
 
 
-def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(trained_workdir, tmp_path):
+def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(trained_workdir, tmp_path, caplog):
   """The RoyalFlush table's rows come from one process: --compare adds NAME/method rows next to --workdir's."""
   from fastmt import bench  # pylint: disable=g-import-not-at-top
   twin = str(tmp_path / 'twin')
@@ -208,6 +208,9 @@ def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(train
   assert environment['objectives']['twin']['options'] == workdir_lib.load_objective_options(trained_workdir)
   with pytest.raises(ValueError, match="named 'twin'"):
     bench.build_comparison(trained_workdir, [twin, twin], ['greedy'])
+  # a method that no compared model can run is said (an AT comparison asked for ib), not dropped in silence
+  translators, _, _ = bench.build_comparison(trained_workdir, [twin], ['greedy', 'ib'])
+  assert sorted(translators) == ['greedy', 'twin/greedy'] and "No model here runs ['ib']" in caplog.text
 
   other = str(tmp_path / 'other_data')
   shutil.copytree(trained_workdir, other)
