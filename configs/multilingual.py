@@ -2,7 +2,7 @@ r"""One model translating English into German, French, Spanish and Russian, with
 
     python train.py --config configs/multilingual.py --workdir runs/multi
     python -m fastmt.clusters_lib --workdir runs/multi --direction en_fr --num_clusters 500 --top_k 3
-    python -m fastmt.bench --workdir runs/multi --direction en_fr --split test --methods greedy,greedy+clustered
+    python benchmarks/clustered_projection.py --workdir runs/multi --output_dir runs/multi/clustered  # dense vs clustered
     python decode.py --workdir runs/multi --input acts.en --output hyp.fr --tag_inputs --direction en_fr \
         --projection clustered
 

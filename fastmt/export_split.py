@@ -25,12 +25,13 @@ def export_split(dataset_config, split: str, output_prefix: str, direction: str 
   directory = os.path.dirname(os.path.abspath(output_prefix))
   if not os.path.isdir(directory):
     raise MissingError(f'--output_prefix {output_prefix}: no directory {directory}')
-  inputs = {os.path.realpath(p) for p in dataset_config.get(f'{split}_files', None) or () if p}
+  inputs = {os.path.realpath(p) for name in corpus.SPLITS for p in dataset_config.get(f'{name}_files', None) or ()
+            if p and isinstance(p, str)}  # any split's own files, not only this one's
   for path in outputs:
     if os.path.isdir(path):
       raise FastmtError(f'{path} is a directory')
     if os.path.realpath(path) in inputs:
-      raise FastmtError(f'{path} is one of the dataset\'s own {split} files: writing it would erase it')
+      raise FastmtError(f'{path} is one of the dataset\'s own files: writing it would erase it')
   data = corpus.load_split(dataset_config, split)
   if direction:
     data = data.select(direction)

@@ -97,8 +97,8 @@ def encoder_cost(config: ModelConfig, params, batch_size: int = 1, source_length
   """Milliseconds to encode batch_size sources of source_length tokens (the memory included): the share of a
   sentence's time that no decoding algorithm changes, which the ideal speed-ups add to the decoder calls.
 
-  The source is source_length tokens wide; a Translator pads each source to its bucket (translate.SOURCE_BUCKETS),
-  so the bench, which passes the mean length, slightly underestimates the encoder (the ideal errs high).
+  The source is source_length tokens wide; a Translator pads each source to its bucket (translate.SOURCE_BUCKETS):
+  at batch 1 the bench takes encoder_cost_padded, which times each source at its bucket.
   """
   encode = _encode_fn(config)
   source = jnp.full((batch_size, source_length), 5, jnp.int32)

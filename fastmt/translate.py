@@ -354,7 +354,7 @@ class Translator:
       row_caps = np.array([self.row_cap(n) if n else 0 for n in lengths], np.int32)
     executable = self._executable(*source.shape, stats)
     if self.rows_sharding.mesh.size == 1:
-      # One device: the executable places host arrays itself. A jax.device_put of each first cost 0.1-0.8 ms
+      # One device: the executable places host arrays itself. A jax.device_put of each first cost 0.2-0.8 ms
       # more per call on XLA:CPU (benchmarks/dispatch_cost.py, docs/BENCHMARKS.md section 1), which a batch-1
       # caller pays per line.
       put = lambda x: np.asarray(x, np.int32)

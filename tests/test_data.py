@@ -1,8 +1,10 @@
 """Data: the Bible reader never touches books 40-43, tfds splits by book in verse order, tokenizer round trip,
 deterministic length-bucketed batches, and clear errors for bad text files."""
 
+import os
 import sqlite3
 import subprocess
+import threading
 
 import ml_collections
 import numpy as np
@@ -65,6 +67,8 @@ def test_a_multilingual_dataset_tags_sources_and_keeps_each_pair_in_order(synthe
   assert test.targets[0] == 'e book 44 1:1' and test.targets[6] == 'l book 44 1:1'
   french = test.select('en_fr')
   assert french.targets == test.targets[6:] and french.directions == ['en_fr'] * 6
+  # tfds split strings work for the built-in datasets (the 'text' dataset takes the three names only)
+  assert corpus.load_split(dataset, 'test[:2]').sources == [test.sources[i] for i in (0, 1, 6, 7)]
   with pytest.raises(ValueError, match='en_es'):
     test.select('en_es')
   assert corpus.language_tags(dataset) == ['<2de>', '<2fr>']
@@ -107,6 +111,16 @@ def test_text_dataset_files_are_checked_with_errors_naming_split_and_path(tmp_pa
     corpus.load_split(dataset, 'train')
   with pytest.raises(FastmtError, match="unknown split 'dev'"):
     corpus.load_split(dataset, 'dev')
+  with pytest.raises(FastmtError, match="unknown split 'test\\[:2\\]'"):
+    corpus.load_split(dataset, 'test[:2]')  # tfds slicing is for tfds datasets
+  with pytest.raises(FastmtError, match='is a directory'):
+    corpus.read_lines(str(tmp_path))
+  fifo = tmp_path / 'stream'  # a stream (a FIFO, <(zcat x.gz)) is read like a file
+  os.mkfifo(fifo)
+  writer = threading.Thread(target=lambda: fifo.write_text('a\nb\n'), daemon=True)
+  writer.start()
+  assert corpus.read_lines(str(fifo)) == ['a', 'b']
+  writer.join(timeout=10)
   with pytest.raises(FastmtError, match="unknown Bible pair 'de_en'.*en_de"):
     corpus.load_split(ml_collections.ConfigDict({'name': 'bible/de_en'}), 'test')
 

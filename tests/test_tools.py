@@ -48,7 +48,8 @@ def test_positional_arguments_are_refused_by_every_tool():
 
 def test_bench_refuses_counts_that_would_fail_after_the_work_before_loading_anything(tmp_path):
   commands = {'--repeats=0': '--repeats must be >= 1', '--limit=-3': '--limit must be >= 0',
-              '--methods=greedy:4': 'greedy takes at most 0 numbers'}
+              '--methods=greedy:4': 'greedy takes at most 0 numbers',
+              'beam:4': "Unexpected arguments: ['beam:4']"}  # as in `--methods greedy beam:4`, through cli.run
   processes = {flag: subprocess.Popen([sys.executable, '-m', 'fastmt.bench', '--workdir', str(tmp_path / 'none'), flag],
                                       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for flag in commands}
@@ -64,9 +65,13 @@ def test_export_split_checks_its_output_before_loading_the_dataset(tmp_path):
                                                                       str(tmp_path / 'test.de'))})
   with pytest.raises(MissingError, match='no directory'):
     export_split.export_split(dataset, 'test', str(tmp_path / 'missing' / 'test'))
+  dataset.train_files = (str(tmp_path / 'train.src'), str(tmp_path / 'train.ref'))
+  (tmp_path / 'train.src').write_text('kept\n')
+  with pytest.raises(FastmtError, match="train.src is one of the dataset's own files"):
+    export_split.export_split(dataset, 'test', str(tmp_path / 'train'))  # another split's file is kept too
   dataset.test_files = (str(tmp_path / 'test.src'), str(tmp_path / 'test.de'))
   (tmp_path / 'test.src').write_text('In the beginning\n')
-  with pytest.raises(FastmtError, match="test.src is one of the dataset's own test files"):
+  with pytest.raises(FastmtError, match="test.src is one of the dataset's own files"):
     export_split.export_split(dataset, 'test', str(tmp_path / 'test'))
   assert (tmp_path / 'test.src').read_text() == 'In the beginning\n'  # not erased
   assert export_split.export_split(dataset, 'test', str(tmp_path / 'out')) == 1
@@ -78,6 +83,8 @@ def test_distillation_refuses_a_chunk_of_nothing_and_its_teachers_directory(tmp_
     distill.distill(str(tmp_path), ['a'], str(tmp_path / 'kd'), chunk_sentences=0)  # looped forever before
   with pytest.raises(FastmtError, match='is the teacher work directory'):
     distill.distill(str(tmp_path), ['a'], str(tmp_path) + '/')
+  with pytest.raises(FastmtError, match='is the student work directory'):
+    distill.distill(str(tmp_path / 'teacher'), ['a'], str(tmp_path / 'student'), student_workdir=str(tmp_path / 'student'))
 
 
 def test_clusters_need_sentences_before_any_model_loads(tmp_path):

@@ -82,8 +82,10 @@ def read_lines(path: str, errors: str = 'strict') -> list[str]:
   With errors='strict' an invalid byte raises a FastmtError that names the file and line; errors='replace'
   substitutes U+FFFD (documented, for messy user data). A missing file is a MissingError naming it.
   """
-  if not os.path.isfile(path):
-    raise MissingError(f'{path}: no such file' if not os.path.exists(path) else f'{path} is not a file')
+  if not os.path.exists(path):
+    raise MissingError(f'{path}: no such file')
+  if os.path.isdir(path):
+    raise FastmtError(f'{path} is a directory, not a text file')  # streams (a FIFO, <(zcat x.gz)) are read
   with open(path, 'rb') as f:
     return decode_lines(f.read(), path, errors)
 
@@ -111,9 +113,12 @@ def decode_lines(data: bytes, name: str, errors: str = 'strict') -> list[str]:
 
 def load_split(dataset_config, split: str) -> ParallelText:
   """Loads one split ('train', 'validation' or 'test') of the dataset the config names."""
-  if split not in SPLITS:
-    raise FastmtError(f'unknown split {split!r}: expected one of {", ".join(SPLITS)}')
   name = dataset_config.name
+  # tfds datasets (the Bible's too) also take its split strings, 'test[:200]' or 'train+validation'.
+  parts = [split] if name == 'text' else [part.split('[')[0] for part in split.split('+')]
+  if not all(part in SPLITS for part in parts):
+    raise FastmtError(f'unknown split {split!r}: expected one of {", ".join(SPLITS)}'
+                      + ('' if name == 'text' else " (or a tfds split string such as 'test[:200]')"))
   directions = bible_directions(dataset_config)
   for direction in directions or ([name.split('/', 1)[1]] if name.startswith('bible/') else []):
     if direction not in bible.PAIRS:
