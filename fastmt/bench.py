@@ -454,27 +454,30 @@ def main(argv):
   table = format_table(results, FLAGS.batch_size)
   print(table)
   print(json.dumps(environment, indent=1))
-  _write_outputs(results, environment, hypotheses, table)  # before the floor, so a failure there loses nothing
+  # Written before the floor pass, so a failure there loses nothing.
+  write_outputs(FLAGS.output_dir, results, environment, hypotheses, table)
   if FLAGS.floor and not FLAGS.speed_sentences:
     logging.warning('--floor needs batch-1 timing: skipped with --speed_sentences 0')
   elif FLAGS.floor:
     environment['greedy_floor'] = _greedy_floor(FLAGS.workdir, sources, results)
     print(json.dumps(environment['greedy_floor'], indent=1))
-    _write_outputs(results, environment, hypotheses, table)
+    write_outputs(FLAGS.output_dir, results, environment, hypotheses, table)
 
 
-def _write_outputs(results, environment, hypotheses, table):
-  if not FLAGS.output_dir:
+def write_outputs(output_dir, results, environment, hypotheses, table):
+  """results.json, table.md and one hyp.<method>.txt per method into output_dir (none: nothing); an earlier
+  run's hypotheses there are removed, so the files always belong to this run."""
+  if not output_dir:
     return
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
-  for stale in glob.glob(os.path.join(FLAGS.output_dir, 'hyp.*.txt')):  # an earlier run's, maybe other methods
+  os.makedirs(output_dir, exist_ok=True)
+  for stale in glob.glob(os.path.join(output_dir, 'hyp.*.txt')):  # an earlier run's, maybe other methods
     os.remove(stale)
-  with open(os.path.join(FLAGS.output_dir, 'results.json'), 'w') as f:
+  with open(os.path.join(output_dir, 'results.json'), 'w') as f:
     json.dump({'results': [dataclasses.asdict(r) for r in results], 'environment': environment}, f, indent=1)
-  with open(os.path.join(FLAGS.output_dir, 'table.md'), 'w') as f:
+  with open(os.path.join(output_dir, 'table.md'), 'w') as f:
     f.write(table + '\n')
   for label, lines in hypotheses.items():
-    with open(os.path.join(FLAGS.output_dir, f'hyp.{label.replace(":", "_").replace("/", "__")}.txt'), 'w') as f:
+    with open(os.path.join(output_dir, f'hyp.{label.replace(":", "_").replace("/", "__")}.txt'), 'w') as f:
       f.writelines(line + '\n' for line in lines)
 
 

@@ -27,7 +27,7 @@ from absl import flags
 from fastmt import cli, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.data.distilled import (DISTILLED_FILE, MANIFEST_FILE, check_same_vocabulary, file_fingerprint,
-                                   fingerprint, load_distilled_targets)
+                                   fingerprint, load_distilled_targets)  # noqa: F401 (re-exported)
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, Translator
 

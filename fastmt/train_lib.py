@@ -10,7 +10,6 @@ same steps as an uninterrupted one. Multi-host: call `jax.distributed.initialize
 
 import functools
 import json
-import logging
 import os
 import sys
 import time

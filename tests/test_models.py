@@ -1,6 +1,5 @@
 """The model's decoder step: cached == uncached, multi-position writes at per-row offsets, positions of any sign."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -101,3 +101,34 @@ def test_a_damaged_training_config_record_is_a_fastmt_error(tmp_path):
   (tmp_path / workdir_lib.TRAIN_CONFIG_FILE).write_text(json.dumps([1, 2]))
   with pytest.raises(FastmtError, match='holds list, not a config'):
     workdir_lib.load_train_config(str(tmp_path))
+
+
+def test_bench_outputs_hold_only_this_runs_hypotheses(tmp_path):
+  bench.write_outputs(str(tmp_path), [bench.MethodResult('greedy'), bench.MethodResult('beam:4')], {},
+                      {'greedy': ['a'], 'beam:4': ['b']}, 'table')
+  assert sorted(p.name for p in tmp_path.glob('hyp.*.txt')) == ['hyp.beam_4.txt', 'hyp.greedy.txt']
+  bench.write_outputs(str(tmp_path), [bench.MethodResult('greedy')], {}, {'greedy': ['c']}, 'table')
+  assert [p.name for p in tmp_path.glob('hyp.*.txt')] == ['hyp.greedy.txt']  # beam:4's is not this run's
+  assert (tmp_path / 'hyp.greedy.txt').read_text() == 'c\n'
+  assert json.loads((tmp_path / 'results.json').read_text())['results'][0]['method'] == 'greedy'
+
+
+def test_rebuilt_clusters_never_pair_old_metadata_with_new_arrays(tmp_path, monkeypatch):
+  """A rebuild killed while its arrays are written leaves no metadata (load_clusters: "No clusters"), not the
+  old fingerprint beside new arrays."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from fastmt import projection  # pylint: disable=g-import-not-at-top
+  clusters = projection.Clusters(jnp.zeros((2, 4)), jnp.zeros((2,)), jnp.zeros((2, 3), jnp.int32), 8, 3)
+  clusters_lib.save_clusters(str(tmp_path), clusters, {'fingerprint': 'old'})
+  assert json.loads((tmp_path / clusters_lib.METADATA).read_text())['fingerprint'] == 'old'
+
+  class Killed(Exception):
+    pass
+
+  def killed_while_saving(*args, **kwargs):
+    raise Killed()
+  monkeypatch.setattr(clusters_lib.ocp.StandardCheckpointer, 'save', killed_while_saving)
+  with pytest.raises(Killed):
+    clusters_lib.save_clusters(str(tmp_path), clusters, {'fingerprint': 'new'})
+  with pytest.raises(MissingError, match='No clusters'):
+    clusters_lib.load_clusters(str(tmp_path), None, None, None)
