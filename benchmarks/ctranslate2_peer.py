@@ -172,9 +172,10 @@ class Ct2Peer:
     """(output pieces per input, outputs at the cap); empty inputs give empty outputs without decoding."""
     outputs = [[] for _ in texts]
     nonempty = [i for i, t in enumerate(texts) if t.strip()]
-    sources = []
-    for pieces in self.sp.encode([texts[i] for i in nonempty], out_type=str):
-      sources.append(pieces[:self.config.max_length - 1] + [self.eos])  # fastmt's truncation, then EOS
+    encoded = self.sp.encode([texts[i] for i in nonempty], out_type=str)
+    # fastmt's rule (Translator.decodable): a line of no piece at all (zero-width characters) is empty too.
+    nonempty, encoded = [i for i, p in zip(nonempty, encoded) if p], [p for p in encoded if p]
+    sources = [pieces[:self.config.max_length - 1] + [self.eos] for pieces in encoded]  # fastmt's truncation
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # fastmt's batches
     at_cap = 0
     for start in range(0, len(order), batch_size):
@@ -273,7 +274,8 @@ def main(argv):
   sources, references = list(data.sources), list(data.targets)
   if FLAGS.limit:
     sources, references = sources[:FLAGS.limit], references[:FLAGS.limit]
-  speed_texts = [t for t in sources if t.strip()][:FLAGS.speed_sentences]
+  decodable = fastmt.decodable(sources)  # blank lines are not decoded by either side
+  speed_texts = [sources[i] for i in decodable][:FLAGS.speed_sentences]
   result = {'machine': _machine(), 'workdir': FLAGS.workdir, 'checkpoint_step': int(step),
             'split': FLAGS.split, 'sentences': len(sources), 'speed_sentences': len(speed_texts),
             'repeats': FLAGS.repeats, 'output_cap_rule': FLAGS.output_cap, 'model_config': json.loads(config.to_json()),
@@ -302,9 +304,8 @@ def main(argv):
   fastmt_texts, _ = fastmt.translate(sources, FLAGS.batch_size)
   checks = {'fastmt': {**_scores(fastmt_texts, references), 'outputs_at_cap': int(fastmt_stats.outputs_at_cap)}}
   # A fastmt output longer than its sentence's cap means this fastmt caps by bucket: use --output_cap=bucket.
-  lengths = [len(s) for s in fastmt.encode_sources([t for t in sources if t.strip()], translate.TranslationStats())]
-  caps = iter(translate.output_cap(config, n, settings) for n in lengths)
-  over = sum(len(ids) > next(caps) for t, ids in zip(sources, fastmt_ids) if t.strip())
+  lengths = [len(s) for s in fastmt.encode_sources([sources[i] for i in decodable], translate.TranslationStats())]
+  over = sum(len(fastmt_ids[i]) > translate.output_cap(config, n, settings) for i, n in zip(decodable, lengths))
   checks['fastmt']['outputs_longer_than_sentence_cap'] = over
   for (c, t), peer in peers.items():
     outputs, at_cap = peer.translate_pieces(sources, FLAGS.batch_size)
@@ -341,7 +342,7 @@ def main(argv):
   result['timing_seconds'] = time.perf_counter() - start
   result['load_average_at_end'] = os.getloadavg()
 
-  nonempty = sum(1 for t in sources if t.strip())
+  nonempty = len(decodable)
   rows = {}
   for name, _ in methods:
     rows[name] = {

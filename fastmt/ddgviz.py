@@ -188,14 +188,13 @@ Framed: committed by this iteration (became final together). Hover a cell for it
 
 
 def draw_sentences(translator: Translator, sources, settings: DecodeSettings, directory: str) -> list[str]:
-  """Writes ddgviz_<i>.png and ddgviz_<i>.html for each non-empty source; returns the paths."""
+  """Writes ddgviz_<i>.png and ddgviz_<i>.html for each source that decodes (not blank); returns the paths."""
   if settings.algorithm not in ('pj', 'pgj', 'hgj', 'spec'):
     settings = dataclasses.replace(settings, algorithm='pgj')
   os.makedirs(directory, exist_ok=True)
   paths = []
-  for i, source in enumerate(sources):
-    if not source.strip():
-      continue
+  for i in translator.decodable(sources):  # a blank line has nothing to draw
+    source = sources[i]
     trace = trace_sentence(translator, source, settings)
     for ext, render in (('png', render_png), ('html', render_html)):
       path = os.path.join(directory, f'ddgviz_{i}.{ext}')

@@ -327,7 +327,7 @@ def translate_stream(translator: Translator, lines, write, batch_size: int = 32,
 
 def time_at_batch1(translator: Translator, sentences: list[str]) -> float | None:
   """Median ms per sentence at batch 1 over `sentences` (compiled first, so compile time is excluded)."""
-  sentences = [s for s in sentences if s.strip()]
+  sentences = [sentences[i] for i in translator.decodable(sentences)]  # a blank line would time no decoding
   if not sentences:
     return None
   translator.translate(sentences, 1)  # compile the batch-1 shapes

@@ -311,6 +311,12 @@ class Translator:
       ids.append(np.append(row, EOS_ID).astype(np.int32))
     return ids
 
+  def decodable(self, texts) -> list[int]:
+    """Indices of the texts that are decoded: not blank, and not only characters the tokenizer drops (zero-width,
+    control). The others translate to an empty line without decoding, as in translate()."""
+    nonempty = [i for i, t in enumerate(texts) if t.strip()]
+    return [i for i, ids in zip(nonempty, self.tokenizer.encode([texts[i] for i in nonempty])) if len(ids)]
+
   def row_cap(self, source_length: int) -> int:
     return output_cap(self.config, source_length, self.settings)
 

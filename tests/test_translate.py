@@ -435,6 +435,8 @@ def test_a_line_that_encodes_to_nothing_is_an_empty_input(model_parts):
   assert outputs[:-1] == [''] * len(nothing) and len(outputs) == len(nothing) + 1
   assert stats.empty_inputs == len(nothing) and stats.sentences == len(nothing) + 1
   assert stats.decoder_calls > 0  # 'God' itself was decoded
+  # The tools that skip blank lines (ddgviz, batch-1 timing, the CTranslate2 peer) ask the same question.
+  assert translator.decodable(['', *nothing, 'God', ' ']) == [len(nothing) + 1]
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_input_or_reference_line(tmp_path):
