@@ -75,7 +75,9 @@ def main(argv):
   source = np.zeros((1, bucket), np.int32)
   source[0, :len(ids)] = ids
   source[0, len(ids)] = EOS_ID
-  projection = translate.transposed_output_layout(params) if FLAGS.transposed_output_embedding else None
+  # On the device, as the Translator holds it (a host array would be copied in at every run).
+  projection = (jax.device_put(translate.transposed_output_layout(params)) if FLAGS.transposed_output_embedding
+                else None)
   objective = workdir_lib.load_objective(FLAGS.workdir)
   options = workdir_lib.load_objective_options(FLAGS.workdir)
   for method in FLAGS.algorithms:
