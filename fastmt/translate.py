@@ -300,8 +300,12 @@ class Translator:
   def encode_sources(self, texts, stats: TranslationStats, line_numbers=None):
     """Token ids with EOS, truncated to the model's maximum (counted; the warning names the input line,
     blank lines counted, from line_numbers when given)."""
+    return self._with_eos(self.tokenizer.encode(texts), stats, line_numbers)
+
+  def _with_eos(self, rows, stats: TranslationStats, line_numbers=None):
+    """Tokenizer rows -> encode_sources' ids: truncated to the model's maximum (counted), then EOS."""
     ids = []
-    for i, row in enumerate(self.tokenizer.encode(texts)):
+    for i, row in enumerate(rows):
       if len(row) + 1 > self.config.max_length:
         stats.truncated_inputs += 1
         line = line_numbers[i] if line_numbers is not None else i + 1
@@ -313,9 +317,15 @@ class Translator:
 
   def decodable(self, texts) -> list[int]:
     """Indices of the texts that are decoded: not blank, and not only characters the tokenizer drops (zero-width,
-    control). The others translate to an empty line without decoding, as in translate()."""
+    control). The others translate to an empty line without decoding (translate() asks the same question)."""
+    return self._decodable_rows(texts)[0]
+
+  def _decodable_rows(self, texts):
+    """(indices of the decodable texts, their tokenizer rows): the one definition of a line worth decoding."""
     nonempty = [i for i, t in enumerate(texts) if t.strip()]
-    return [i for i, ids in zip(nonempty, self.tokenizer.encode([texts[i] for i in nonempty])) if len(ids)]
+    rows = self.tokenizer.encode([texts[i] for i in nonempty])
+    kept = [k for k, row in enumerate(rows) if len(row)]  # zero-width or control characters only: no piece
+    return [nonempty[k] for k in kept], [rows[k] for k in kept]
 
   def row_cap(self, source_length: int) -> int:
     return output_cap(self.config, source_length, self.settings)
@@ -374,11 +384,8 @@ class Translator:
     for i, t in enumerate(texts):
       if not isinstance(t, str):
         raise FastmtError(f'input {first_line + i}: a line to translate must be a str, got {type(t).__name__}')
-    nonempty = [i for i, t in enumerate(texts) if t.strip()]
-    source_ids = self.encode_sources([texts[i] for i in nonempty], stats, [first_line + i for i in nonempty])
-    # A line of only zero-width or control characters encodes to no piece at all: as empty as a blank line.
-    kept = [k for k, ids in enumerate(source_ids) if len(ids) > 1]  # more than EOS
-    nonempty, source_ids = [nonempty[k] for k in kept], [source_ids[k] for k in kept]
+    nonempty, rows = self._decodable_rows(texts)
+    source_ids = self._with_eos(rows, stats, [first_line + i for i in nonempty])
     stats.sentences += len(texts)
     stats.empty_inputs += len(texts) - len(nonempty)
     empty = {i: np.zeros((0,), np.int32) for i in sorted(set(range(len(texts))) - set(nonempty))}
