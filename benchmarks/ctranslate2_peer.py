@@ -215,8 +215,8 @@ def _machine():
 
 def _scores(texts, references):
   """BLEU and chrF of texts against the references (sacreBLEU's defaults, as fastmt-bench and decode.py)."""
-  bleu, chrf, _, _ = decode_lib.score(texts, references)
-  return {'bleu': bleu, 'chrf': chrf}
+  scores = decode_lib.score(texts, references)
+  return {'bleu': scores and scores.bleu, 'chrf': scores and scores.chrf}
 
 
 def _identical(fastmt_ids, ct2_pieces, sp):

@@ -84,9 +84,9 @@ def main():
            if encoder_mean_ms is not None else ''))
   print()
   mean_column = ' measured / ideal, mean-length encoder |' if encoder_mean_ms is not None else ''
-  print('| model | (h, c) | greedy BLEU | greedy chrF | beam 4 BLEU | beam 4 chrF | calls/sent | speed-up b1 '
-        f'| ideal b1 | measured / ideal |{mean_column} speed-up b32 | beam 4 speed-up b1 |')
-  print('|---' * (12 + bool(mean_column)) + '|')
+  print('| model | (h, c) | greedy BLEU | greedy chrF | greedy len ratio | beam 4 BLEU | beam 4 chrF | calls/sent '
+        f'| speed-up b1 | ideal b1 | measured / ideal |{mean_column} speed-up b32 | beam 4 speed-up b1 |')
+  print('|---' * (13 + bool(mean_column)) + '|')
   for name in names:
     slots = slots_of(args.runs, name, data['environment'], baseline=name == args.baseline)
     prefix = '' if name == args.baseline else f'{name}_avg5/'
@@ -106,8 +106,10 @@ def main():
     mean_cell = f" {greedy['speedup_b1'] / ideal_mean:.2f} |" if mean_column else ''
     beam_cells = (f"{beam['bleu']:.2f} | {beam['chrf']:.2f}" if beam else '- | -')
     beam_speed = f"{beam['speedup_b1']:.2f}" if beam else '-'
-    print(f"| {name} | ({h}, {c}) | {greedy['bleu']:.2f} | {greedy['chrf']:.2f} | {beam_cells} | "
-          f"{greedy['decoder_calls_per_sentence']:.2f} | {greedy['speedup_b1']:.2f} | {ideal:.2f} | "
+    # hypothesis / reference length (BLEU's brevity penalty below 1); results.json before 2026-11-25 lack it
+    length_ratio = greedy.get('length_ratio', float('nan'))
+    print(f"| {name} | ({h}, {c}) | {greedy['bleu']:.2f} | {greedy['chrf']:.2f} | {length_ratio:.3f} | "
+          f"{beam_cells} | {greedy['decoder_calls_per_sentence']:.2f} | {greedy['speedup_b1']:.2f} | {ideal:.2f} | "
           f"{greedy['speedup_b1'] / ideal:.2f} |{mean_cell} {greedy['speedup_large']:.2f} | {beam_speed} |")
 
 

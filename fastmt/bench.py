@@ -107,6 +107,7 @@ class MethodResult:
   method: str
   bleu: float = 0.0
   chrf: float = 0.0
+  length_ratio: float = float('nan')  # hypothesis / reference length (BLEU's tokens): below 1, a brevity penalty
   identical_to_greedy: str = ''  # 'n/m' sentences identical
   decoder_calls_per_sentence: float = 0.0
   tokens_per_call: float = 0.0  # output tokens (EOS included) per decoder call
@@ -222,12 +223,12 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
     r.loop_iterations_per_batch = stats.loop_iterations / max(1, -(-decoded // batch_size))
     r.tokens_per_call = (stats.output_tokens + stats.sentences - stats.outputs_at_cap - stats.empty_inputs) / max(
         1, stats.decoder_calls)
-    if references is not None:
-      bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
-      r.bleu = bleu.corpus_score(hypotheses[label], [references]).score
-      r.chrf = chrf.corpus_score(hypotheses[label], [references]).score
-      signatures = {'bleu_signature': str(bleu.get_signature()), 'chrf_signature': str(chrf.get_signature())}
-    log(f'{label}: BLEU {r.bleu:.2f} chrF {r.chrf:.2f} calls/sentence {r.decoder_calls_per_sentence:.2f} '
+    if references is not None and sources:
+      scores = decode_lib.score(hypotheses[label], references)
+      r.bleu, r.chrf, r.length_ratio = scores.bleu, scores.chrf, scores.length_ratio
+      signatures = {'bleu_signature': scores.bleu_signature, 'chrf_signature': scores.chrf_signature}
+    log(f'{label}: BLEU {r.bleu:.2f} chrF {r.chrf:.2f} length ratio {r.length_ratio:.3f} '
+        f'calls/sentence {r.decoder_calls_per_sentence:.2f} '
         f'({time.perf_counter() - start:.0f} s)')
     if exactness_at_batch1 and not label.startswith('beam'):
       hypotheses_b1[label], _ = translator.translate(sources, 1)
@@ -345,11 +346,11 @@ def _cpu_model() -> str:
 def format_table(results, batch_size: int = 32) -> str:
   """Markdown table of MethodResults; speed-ups and identity are relative to the baseline (greedy)."""
   b = batch_size
-  header = (f'| method | BLEU | chrF | = greedy | calls/sent | iter. speed-up | tok/call | iters/batch b{b} | '
-            f'ms/sent b1 | speed-up b1 | words/s b1 | sent/s b{b} | speed-up b{b} | words/s b{b} | compile s |')
-  lines = [header, '|' + '---|' * 15]
+  header = (f'| method | BLEU | chrF | len ratio | = greedy | calls/sent | iter. speed-up | tok/call | '
+            f'iters/batch b{b} | ms/sent b1 | speed-up b1 | words/s b1 | sent/s b{b} | speed-up b{b} | words/s b{b} | compile s |')
+  lines = [header, '|' + '---|' * 16]
   for r in results:
-    lines.append(f'| {r.method} | {r.bleu:.2f} | {r.chrf:.2f} | {r.identical_to_greedy} | '
+    lines.append(f'| {r.method} | {r.bleu:.2f} | {r.chrf:.2f} | {r.length_ratio:.3f} | {r.identical_to_greedy} | '
                  f'{r.decoder_calls_per_sentence:.2f} | {r.iteration_speedup:.3f} | {r.tokens_per_call:.2f} | '
                  f'{r.loop_iterations_per_batch:.1f} | {r.ms_per_sentence_b1:.2f} | {r.speedup_b1:.3f} | '
                  f'{r.words_per_s_b1:.0f} | {r.sentences_per_s:.1f} | {r.speedup_large:.3f} | {r.words_per_s:.0f} | '

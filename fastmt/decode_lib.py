@@ -48,6 +48,10 @@ class DecodeReport:
   padding_rows: int = 0  # rows that only padded a batch to its static shape (done from the start)
   replaced_input_lines: int = 0  # input lines whose invalid UTF-8 became U+FFFD (--input_errors=replace)
   replaced_reference_lines: int = 0  # the same in the reference file
+  # Hypothesis words / reference words (sacreBLEU's 13a tokens) and BLEU's brevity penalty: a decoder that
+  # stops early (or runs on) shows it here before it shows in BLEU.
+  length_ratio: float | None = None
+  brevity_penalty: float | None = None
 
 
 @dataclasses.dataclass
@@ -339,18 +343,30 @@ def time_at_batch1(translator: Translator, sentences: list[str]) -> float | None
   return 1000 * statistics.median(per_sentence)
 
 
-def score(hypotheses, references):
-  """(BLEU, chrF, their signatures) with sacreBLEU; line counts must match. No sentences: all None (there is
-  nothing to score; sacreBLEU would fail)."""
+@dataclasses.dataclass(frozen=True)
+class Scores:
+  """Corpus scores of a hypothesis set against one reference set (sacreBLEU)."""
+  bleu: float
+  chrf: float
+  bleu_signature: str
+  chrf_signature: str
+  length_ratio: float  # hypothesis / reference length in BLEU's tokens
+  brevity_penalty: float  # BLEU's factor for hypotheses shorter than the reference, 1.0 otherwise
+
+
+def score(hypotheses, references) -> Scores | None:
+  """BLEU and chrF with their signatures, and the length ratio behind BLEU's brevity penalty; line counts must
+  match. No sentences: None (there is nothing to score; sacreBLEU would fail)."""
   if len(references) != len(hypotheses):
     raise FastmtError(f'{len(hypotheses)} input lines but {len(references)} reference lines')
   if not hypotheses:
     logging.warning('No sentences: nothing to score')
-    return None, None, None, None
+    return None
   bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
-  bleu = bleu_metric.corpus_score(hypotheses, [references]).score
+  bleu = bleu_metric.corpus_score(hypotheses, [references])
   chrf = chrf_metric.corpus_score(hypotheses, [references]).score
-  return bleu, chrf, str(bleu_metric.get_signature()), str(chrf_metric.get_signature())
+  return Scores(bleu.score, chrf, str(bleu_metric.get_signature()), str(chrf_metric.get_signature()),
+                bleu.sys_len / max(1, bleu.ref_len), bleu.bp)
 
 
 def translate_file(translator: Translator, input_path: str, output_path: str, reference_path: str | None = None,
@@ -405,14 +421,16 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
     raise FastmtError(f'{input_path} had {total} lines when decoding began but {stats.sentences} were translated: '
                       'the file changed while it was read')
   reference_counts = InputCounts()
-  bleu = chrf = bleu_sig = chrf_sig = None
+  scores = None
   if reference_path is not None:
-    bleu, chrf, bleu_sig, chrf_sig = score(hypotheses, read_input(reference_path, input_errors, reference_counts))
+    scores = score(hypotheses, read_input(reference_path, input_errors, reference_counts))
+  # The report's score fields are Scores' own, None where nothing was scored.
+  scored = dataclasses.asdict(scores) if scores else dict.fromkeys(f.name for f in dataclasses.fields(Scores))
   ms_per_sentence = time_at_batch1(translator, first_sources) if speed_sentences else None
   decode_seconds = max(wall - stats.compile_seconds, 1e-9)
   decoded = max(1, stats.sentences - stats.empty_inputs)
   return DecodeReport(
-      sentences=stats.sentences, bleu=bleu, chrf=chrf, bleu_signature=bleu_sig, chrf_signature=chrf_sig,
+      sentences=stats.sentences, **scored,
       ms_per_sentence=ms_per_sentence, sentences_per_s=stats.sentences / decode_seconds,
       words_per_s=words / decode_seconds, decoder_calls_per_sentence=stats.decoder_calls / decoded,
       compile_s=stats.compile_seconds, empty_inputs=stats.empty_inputs, truncated_inputs=stats.truncated_inputs,
@@ -433,6 +451,8 @@ def format_report(report: DecodeReport) -> str:
   if report.bleu is not None:
     parts.append(f'BLEU {report.bleu:.2f} ({report.bleu_signature})')
     parts.append(f'chrF {report.chrf:.2f} ({report.chrf_signature})')
+    parts.append(f'length: hypotheses / reference {report.length_ratio:.3f} (BLEU\'s brevity penalty '
+                 f'{report.brevity_penalty:.3f})')
   if report.ms_per_sentence is not None:
     parts.append(f'batch 1: {report.ms_per_sentence:.2f} ms/sentence (median)')
   parts.append(f'{report.sentences} sentences in {report.wall_s:.1f} s ({report.compile_s:.1f} s compiling); '

@@ -200,6 +200,9 @@ def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(train
   assert [r.method for r in results] == ['greedy', 'twin/greedy']
   assert hypotheses['twin/greedy'] == hypotheses['greedy']  # the same weights translate the same
   assert results[1].identical_to_greedy == '4/4' and results[1].speedup_b1 > 0
+  lengths = decode_lib.score(hypotheses['greedy'], references)
+  assert results[0].length_ratio == results[1].length_ratio == lengths.length_ratio  # BLEU's, per row
+  assert '| len ratio |' in bench.format_table(results)
   assert environment['compared_with'] == [twin]
   # every row's objective rides in results.json (tables are rebuilt from it after the work directories are gone)
   assert set(environment['objectives']) == {os.path.basename(trained_workdir), 'twin', ''}

@@ -152,11 +152,25 @@ def test_decode_cli_end_to_end(trained_workdir, tmp_path):
   assert result.returncode == 0, result.stderr
   assert len(hyp.read_text(encoding='utf-8').split('\n')) == 4 and hyp.read_text().split('\n')[1] == ''
   figures = json.loads(metrics.read_text())
-  for key in ('bleu', 'chrf', 'ms_per_sentence', 'sentences_per_s', 'words_per_s', 'decoder_calls_per_sentence',
-              'compile_s'):
+  for key in ('bleu', 'chrf', 'length_ratio', 'brevity_penalty', 'ms_per_sentence', 'sentences_per_s', 'words_per_s',
+              'decoder_calls_per_sentence', 'compile_s'):
     assert figures[key] is not None, key
   assert figures['empty_inputs'] == 1
   assert sorted(os.listdir(tmp_path / 'viz')) == ['ddgviz_0.html', 'ddgviz_0.png']
+
+
+def test_scores_say_how_long_the_hypotheses_are_against_the_reference():
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  references = ['And God said , Let there be light .', 'And there was light .']
+  same = decode_lib.score(references, references)
+  assert same.bleu == pytest.approx(100.0) and (same.length_ratio, same.brevity_penalty) == (1.0, 1.0)
+  short = decode_lib.score(['And God said .', 'And there was light .'], references)  # 9 of 14 tokens
+  assert short.length_ratio == pytest.approx(9 / 14) and short.brevity_penalty == pytest.approx(np.exp(1 - 14 / 9))
+  long = decode_lib.score(['And God said , Let there be light . light .', 'And there was light .'], references)
+  assert long.length_ratio == pytest.approx(16 / 14) and long.brevity_penalty == 1.0
+  assert decode_lib.score([], []) is None
+  with pytest.raises(ValueError, match='2 input lines but 1 reference lines'):
+    decode_lib.score(references, references[:1])
 
 
 def test_decode_cli_names_the_bad_utf8_line(trained_workdir, tmp_path):
