@@ -94,21 +94,23 @@ def check_output_path(path: str, what: str = '--output') -> None:
     raise FastmtError(f'{what} {path!r}: there is no directory {parent!r}')
 
 
-def _file_stat(path: str):
-  """os.stat of a regular file ('-': of stdin, when it is one, as in `decode.py --output x < x`), else None:
-  devices and pipes (/dev/null, a terminal) may be both read and written."""
+def _file_stat(path: str, dash):
+  """os.stat of a regular file ('-': of the stream `dash` stands for, stdin for a reader and stdout for a
+  writer, when it is one, as in `decode.py --output x < x`), else None: devices and pipes (/dev/null, a
+  terminal) may be both read and written."""
   try:
-    result = os.fstat(sys.stdin.fileno()) if path == '-' else os.stat(path)
-  except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # no such file; stdin without a descriptor
+    result = os.fstat(dash.fileno()) if path == '-' else os.stat(path)
+  except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # no such file; a stream without a descriptor
     return None
   return result if stat.S_ISREG(result.st_mode) else None
 
 
-def _same_file(a: str, b: str) -> bool:
-  """Whether two paths name one regular file, existing (hard links too) or still to be written."""
-  if a != '-' and b != '-' and os.path.realpath(a) == os.path.realpath(b):
-    return not os.path.exists(a) or os.path.isfile(a)
-  first, second = _file_stat(a), _file_stat(b)
+def _same_file(written: str, other: str, other_dash) -> bool:
+  """Whether a file to write and another (read or written; '-' is other_dash) are one regular file, existing
+  (hard links too) or still to be written. The written file's '-' is stdout: `decode.py < x > y` reads x, writes y."""
+  if written != '-' and other != '-' and os.path.realpath(written) == os.path.realpath(other):
+    return not os.path.exists(written) or os.path.isfile(written)
+  first, second = _file_stat(written, sys.stdout), _file_stat(other, other_dash)
   return first is not None and second is not None and os.path.samestat(first, second)
 
 
@@ -119,15 +121,17 @@ def check_paths(input_path: str, output_path: str, reference_path: str | None = 
   reference file has as many lines as the input and, with errors='strict', valid UTF-8."""
   check_input_path(input_path)
   check_output_path(output_path)
-  readers = [(input_path, 'input')] + ([(reference_path, 'reference')] if reference_path is not None else [])
+  readers = [(input_path, 'input file', sys.stdin)]
+  if reference_path is not None:
+    readers.append((reference_path, 'reference file', sys.stdin))
   writers = [(output_path, '--output')]
   if metrics_path:
     check_output_path(metrics_path, '--metrics_json')
     writers.append((metrics_path, '--metrics_json'))
   for i, (path, flag) in enumerate(writers):
-    for other, what in readers + [(p, f'{f} file') for p, f in writers[:i]]:
-      if _same_file(path, other):
-        raise FastmtError(f'{flag} {path!r} is the {what} file: writing there would erase it; choose another file')
+    for other, what, dash in readers + [(p, f'{f} file', sys.stdout) for p, f in writers[:i]]:
+      if _same_file(path, other, dash):
+        raise FastmtError(f'{flag} {path!r} is the {what}: writing there would erase it; choose another file')
   if reference_path is not None:
     check_input_path(reference_path, 'reference file')
     inputs = count_lines(input_path)

@@ -192,6 +192,19 @@ def test_decode_cli_reads_stdin_and_writes_stdout_in_order(trained_workdir):
   assert len(lines) == 4 and lines[1] == '' and lines[3] == ''
 
 
+def test_decode_cli_as_the_readme_runs_it_stdin_and_stdout_redirected_to_files(trained_workdir, tmp_path):
+  """`decode.py --workdir w < src.en > hyp.de`: stdin and stdout are two regular files, not one."""
+  src, hyp = tmp_path / 'src.en', tmp_path / 'hyp.de'
+  src.write_text('God\n\nAnd God said, Let there be light.\n', encoding='utf-8')
+  with open(src, encoding='utf-8') as stdin, open(hyp, 'w', encoding='utf-8') as stdout:
+    result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir,
+                             '--progress=false'], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO)
+  assert result.returncode == 0, result.stderr
+  lines = hyp.read_text(encoding='utf-8').split('\n')
+  assert len(lines) == 4 and lines[1] == '' and lines[3] == ''  # three lines in, three out, in order
+
+
 def test_decode_cli_unknown_flag_is_one_line(trained_workdir):
   result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--algoritm=pj'],
                           capture_output=True, text=True, cwd=REPO)
@@ -387,6 +400,15 @@ def test_decode_checks_its_files_before_loading_a_model(tmp_path):
     patch.setattr(sys, 'stdin', stdin)
     with pytest.raises(ValueError, match='is the input file'):
       decode_lib.check_paths('-', str(src))
+    # `decode.py < src.txt > hyp`: '-' is stdin as the input and stdout as the output, two files; `> src.txt` is one
+    with open(tmp_path / 'hyp', 'w', encoding='utf-8') as stdout:
+      patch.setattr(sys, 'stdout', stdout)
+      decode_lib.check_paths('-', '-')
+      decode_lib.check_paths('-', '-', '-')  # a reference on stdin too: read once, when scoring
+    with open(src, 'a', encoding='utf-8') as stdout:
+      patch.setattr(sys, 'stdout', stdout)
+      with pytest.raises(ValueError, match="--output '-' is the input file"):
+        decode_lib.check_paths('-', '-')
   # a reference with invalid UTF-8 fails here, before decoding, unless it is to be replaced
   (tmp_path / 'bad_ref').write_bytes(b'Gott\n\xff\n')
   with pytest.raises(ValueError, match='bad_ref:2: invalid UTF-8'):
