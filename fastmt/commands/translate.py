@@ -32,7 +32,8 @@ def define_flags():
   cli.define_checkpoint_flag()
   flags.DEFINE_string('input', '-', 'Source file, one sentence per line; - for stdin.')
   flags.DEFINE_string('output', '-', 'Hypothesis file; - for stdout.')
-  flags.DEFINE_string('reference', None, 'Reference file: prints sacreBLEU BLEU and chrF with signatures.')
+  flags.DEFINE_string('reference', None, 'Reference file: prints sacreBLEU BLEU and chrF with signatures, and the '
+                      'hypothesis / reference length ratio behind BLEU\'s brevity penalty.')
   flags.DEFINE_enum('algorithm', 'greedy', sorted(registry.ALGORITHMS), 'Decoding algorithm.')
   flags.DEFINE_integer('beam_size', None, 'Beam size: --algorithm beam (default 4), ib (default 1 = greedy; '
                        'K > 1 = the multi-word beam search of Algorithm 1) or hrt (b_at, default 1).')
