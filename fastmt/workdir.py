@@ -16,6 +16,7 @@ import os
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 from fastmt import models
@@ -186,4 +187,12 @@ def restore_params(workdir: str, model_config: ModelConfig | None = None, checkp
   if found is None or jax.tree_util.tree_structure(expected) != jax.tree_util.tree_structure(found) or \
       expected != found:
     raise FastmtError(f'Checkpoint step {step} in {workdir} does not match its model config (another model?)')
+  # Flipped bytes that still parse, or a run that diverged, give NaN or Inf weights: every translation would
+  # then come out empty or at the length cap with nothing said, so the step is refused here.
+  non_finite = [jax.tree_util.keystr(path) for path, x in jax.tree_util.tree_flatten_with_path(params)[0]
+                if not np.isfinite(np.asarray(x)).all()]
+  if non_finite:
+    raise FastmtError(f'Checkpoint step {step} in {directory} has NaN or Inf weights in {len(non_finite)} '
+                      f'array(s), e.g. {non_finite[0]}: damaged, or saved after training diverged; try another '
+                      '--checkpoint')
   return params, step

@@ -3,6 +3,7 @@
 import os
 import re
 
+import jax
 import pytest
 
 import fastmt
@@ -117,3 +118,24 @@ def test_a_damaged_work_directory_or_checkpoint_name_is_a_fastmt_error(trained_w
   (workdir / 'spm.model').write_bytes(b'not a model')
   with pytest.raises(FastmtError, match='not a SentencePiece model'):
     workdir_lib.load_tokenizer(str(workdir))
+
+
+def test_a_checkpoint_with_nan_weights_is_refused_not_translated_to_empty_lines(trained_workdir, tmp_path):
+  """Flipped bytes that still parse (or a diverged run) give NaN weights; every output would come back empty."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'copy'
+  shutil.copytree(trained_workdir, workdir)
+  params, step = workdir_lib.restore_params(str(workdir))
+  leaves, tree = jax.tree_util.tree_flatten(params)
+  damaged = np.array(leaves[0], copy=True)
+  damaged.flat[3] = np.nan
+  manager = workdir_lib.checkpoint_manager(str(workdir))
+  manager.save(step + 1, args=ocp.args.StandardSave({'params': jax.tree_util.tree_unflatten(
+      tree, [damaged] + leaves[1:])}))
+  manager.wait_until_finished()
+  with pytest.raises(FastmtError, match=f'step {step + 1} .* NaN or Inf weights in 1 array'):
+    fastmt.load(str(workdir))
+  assert fastmt.load(str(workdir), checkpoint=step).step == step  # the step before it still loads
