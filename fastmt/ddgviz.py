@@ -187,10 +187,25 @@ Framed: committed by this iteration (became final together). Hover a cell for it
     f.write(page)
 
 
+JACOBI_FAMILY = ('pj', 'pgj', 'hgj', 'spec')
+
+
+def drawn_settings(settings: DecodeSettings) -> DecodeSettings:
+  """The decoding DDGviz traces for `settings`: a Jacobi-family algorithm's own; greedy's as PGJ with the same
+  block size (its output is greedy's, by the commit rule). Beam search and the interleaved and hybrid decoders
+  have no Jacobi iterations to draw: a FastmtError, so that no other decoder's trace is drawn in their name."""
+  if settings.algorithm in JACOBI_FAMILY:
+    return settings
+  if settings.algorithm == 'greedy':
+    return dataclasses.replace(settings, algorithm='pgj')
+  raise FastmtError(f'DDGviz draws Jacobi decoding ({", ".join(JACOBI_FAMILY)}, or greedy as PGJ, its exact '
+                    f'equal); --algorithm {settings.algorithm} has no Jacobi iterations to draw')
+
+
 def draw_sentences(translator: Translator, sources, settings: DecodeSettings, directory: str) -> list[str]:
-  """Writes ddgviz_<i>.png and ddgviz_<i>.html for each source that decodes (not blank); returns the paths."""
-  if settings.algorithm not in ('pj', 'pgj', 'hgj', 'spec'):
-    settings = dataclasses.replace(settings, algorithm='pgj')
+  """Writes ddgviz_<i>.png and ddgviz_<i>.html for each source that decodes (not blank); returns the paths.
+  Greedy is drawn as PGJ (drawn_settings)."""
+  settings = drawn_settings(settings)
   os.makedirs(directory, exist_ok=True)
   paths = []
   for i in translator.decodable(sources):  # a blank line has nothing to draw

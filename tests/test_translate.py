@@ -424,6 +424,23 @@ def test_decode_cli_checks_its_files_before_it_loads_the_model(tmp_path):
   assert src.read_text(encoding='utf-8') == 'God\n'
 
 
+def test_ddgviz_refuses_what_it_cannot_draw_before_the_model_loads(tmp_path):
+  """DDGviz draws Jacobi iterations: greedy as PGJ (the same output), never another decoder in beam's or ib's name."""
+  from fastmt import ddgviz  # pylint: disable=g-import-not-at-top
+  assert ddgviz.drawn_settings(DecodeSettings('greedy', block_size=3)) == DecodeSettings('pgj', block_size=3)
+  assert ddgviz.drawn_settings(DecodeSettings('hgj')) == DecodeSettings('hgj')
+  for algorithm in ('beam', 'ib', 'hrt'):
+    with pytest.raises(ValueError, match=f'--algorithm {algorithm} has no Jacobi iterations'):
+      ddgviz.drawn_settings(DecodeSettings(algorithm))
+  src = tmp_path / 'src.txt'
+  src.write_text('God\n', encoding='utf-8')
+  for flags, message in ((['--algorithm', 'beam'], 'no Jacobi iterations to draw'),
+                         (['--ddgviz_sentences', '-1'], '--ddgviz_sentences must be >= 0')):
+    result = decode_cli(['--workdir', str(tmp_path / 'no_model'), '--input', str(src), '--output', '-',
+                         '--ddgviz', str(tmp_path / 'viz'), *flags])
+    assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr
+
+
 def test_translate_file_counts_replaced_utf8_reads_streams_and_leaves_the_output_until_it_writes(model_parts,
                                                                                                 tmp_path, caplog):
   from fastmt import decode_lib  # pylint: disable=g-import-not-at-top

@@ -76,7 +76,8 @@ def define_flags():
                     'Invalid UTF-8 in the input and the reference: strict = an error naming the line (the '
                     'reference is checked before decoding); replace = U+FFFD, counted in the report.')
   flags.DEFINE_string('metrics_json', None, 'Write every printed figure to this JSON file.')
-  flags.DEFINE_string('ddgviz', None, 'Directory for DDGviz traces (PNG + HTML) of the first sentences.')
+  flags.DEFINE_string('ddgviz', None, 'Directory for DDGviz traces (PNG + HTML) of the first sentences: Jacobi '
+                      'decoding (pj, pgj, hgj, spec); greedy is drawn as pgj, its exact equal.')
   flags.DEFINE_integer('ddgviz_sentences', 3, 'How many sentences --ddgviz draws.')
   flags.DEFINE_bool('progress', True, 'Show progress on stderr (a bar on a terminal, log lines otherwise).')
 
@@ -101,9 +102,16 @@ def main(argv):
                             drafter=FLAGS.drafter)
   # Before the model loads: a mistyped path or setting costs nothing.
   decode_lib.check_paths(FLAGS.input, FLAGS.output, FLAGS.reference, FLAGS.metrics_json, FLAGS.input_errors)
-  if FLAGS.ddgviz and not os.path.isfile(FLAGS.input):
-    raise FastmtError('--ddgviz reads its sentences from --input again after translating: give a file, not stdin '
-                      'or a stream')
+  if FLAGS.ddgviz:
+    if not os.path.isfile(FLAGS.input):
+      raise FastmtError('--ddgviz reads its sentences from --input again after translating: give a file, not '
+                        'stdin or a stream')
+    if FLAGS.ddgviz_sentences < 0:
+      raise FastmtError(f'--ddgviz_sentences must be >= 0, got {FLAGS.ddgviz_sentences}')
+    from fastmt import ddgviz  # pylint: disable=g-import-not-at-top
+    if ddgviz.drawn_settings(settings).algorithm != settings.algorithm:
+      logging.warning('--ddgviz: --algorithm %s is drawn as %s with --block_size %d (the same output)',
+                      settings.algorithm, ddgviz.drawn_settings(settings).algorithm, settings.block_size)
   if FLAGS.batch_size < 1:
     raise FastmtError(f'--batch_size must be >= 1, got {FLAGS.batch_size}')
   clusters_dir = None
