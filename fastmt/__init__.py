@@ -1,7 +1,7 @@
 """fastmt: fast neural machine translation in JAX/Flax.
 
     import fastmt
-    model = fastmt.load('runs/quickstart', checkpoint='best')
+    model = fastmt.load('runs/quickstart')
     model.translate(['In the beginning God created the heavens and the earth.'], algorithm='pgj', block_size=3)
 
   fastmt.load / fastmt.api   a trained work directory as a TranslationModel (translate, translate_iter)

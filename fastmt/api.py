@@ -1,7 +1,7 @@
 """fastmt as a library: load a trained work directory and translate text with any decoding algorithm.
 
     import fastmt
-    model = fastmt.load('runs/quickstart', checkpoint='best')
+    model = fastmt.load('runs/quickstart')                                              # latest checkpoint
     model.translate(['In the beginning God created the heavens and the earth.'])        # greedy
     model.translate(sentences, algorithm='pgj', block_size=3)                           # == greedy, exact
     model.translate(sentences, algorithm='beam', beam_size=4, batch_size=64)
