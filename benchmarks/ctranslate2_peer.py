@@ -171,9 +171,9 @@ class Ct2Peer:
   def translate_pieces(self, texts, batch_size):
     """(output pieces per input, outputs at the cap); empty inputs give empty outputs without decoding."""
     outputs = [[] for _ in texts]
-    nonempty = [i for i, t in enumerate(texts) if t.strip()]
+    # fastmt's rule (Translator.decodable): a visible character, and at least one piece.
+    nonempty = [i for i, t in enumerate(texts) if translate.has_visible_text(t)]
     encoded = self.sp.encode([texts[i] for i in nonempty], out_type=str)
-    # fastmt's rule (Translator.decodable): a line of no piece at all (zero-width characters) is empty too.
     nonempty, encoded = [i for i, p in zip(nonempty, encoded) if p], [p for p in encoded if p]
     sources = [pieces[:self.config.max_length - 1] + [self.eos] for pieces in encoded]  # fastmt's truncation
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # fastmt's batches

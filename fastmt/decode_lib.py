@@ -26,7 +26,7 @@ from fastmt.data import corpus
 from fastmt.data.tokenizer import Tokenizer
 from fastmt.decoding import drafts, registry
 from fastmt.errors import FastmtError, MissingError
-from fastmt.translate import DecodeSettings, TranslationStats, Translator
+from fastmt.translate import DecodeSettings, TranslationStats, Translator, has_visible_text
 
 
 @dataclasses.dataclass
@@ -183,12 +183,6 @@ def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
 def read_input(path: str, errors: str, counts: InputCounts | None = None) -> list[str]:
   """All lines of a file or stdin (iter_lines as a list)."""
   return list(iter_lines(path, errors, counts))
-
-
-def has_visible_text(line: str) -> bool:
-  """Whether a line holds anything to translate: a character that is neither space nor invisible (zero-width,
-  byte-order mark, control), which encode to no piece. A line without is an empty input, and gets no tag."""
-  return any(ch.isprintable() and not ch.isspace() for ch in line)
 
 
 def one_line(text: str) -> str:

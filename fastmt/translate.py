@@ -217,6 +217,14 @@ def local_mesh() -> jax.sharding.Mesh:
                        devices=jax.local_devices())
 
 
+def has_visible_text(line: str) -> bool:
+  """Whether a line holds anything to translate: a character that is neither space nor invisible (Unicode's
+  format and control characters: zero-width joiners, word joiners, soft hyphens, direction marks, the byte-order
+  mark, NUL ...). SentencePiece drops some of those and encodes others as <unk>; a model given only <unk> would
+  invent a sentence, so a line without a visible character is an empty input either way."""
+  return any(ch.isprintable() and not ch.isspace() for ch in line)
+
+
 class Translator:
   """Translates lists or streams of strings; one compiled function per (batch rows, source bucket).
 
@@ -316,16 +324,16 @@ class Translator:
     return ids
 
   def decodable(self, texts) -> list[int]:
-    """Indices of the texts that are decoded: not blank, and not only characters the tokenizer drops (zero-width,
-    control). The others translate to an empty line without decoding (translate() asks the same question)."""
+    """Indices of the texts that are decoded: with a visible character (has_visible_text) that the tokenizer
+    keeps. The others translate to an empty line without decoding (translate() asks the same question)."""
     return self._decodable_rows(texts)[0]
 
   def _decodable_rows(self, texts):
     """(indices of the decodable texts, their tokenizer rows): the one definition of a line worth decoding."""
-    nonempty = [i for i, t in enumerate(texts) if t.strip()]
-    rows = self.tokenizer.encode([texts[i] for i in nonempty])
-    kept = [k for k, row in enumerate(rows) if len(row)]  # zero-width or control characters only: no piece
-    return [nonempty[k] for k in kept], [rows[k] for k in kept]
+    visible = [i for i, t in enumerate(texts) if has_visible_text(t)]
+    rows = self.tokenizer.encode([texts[i] for i in visible])
+    kept = [k for k, row in enumerate(rows) if len(row)]
+    return [visible[k] for k in kept], [rows[k] for k in kept]
 
   def row_cap(self, source_length: int) -> int:
     return output_cap(self.config, source_length, self.settings)

@@ -492,6 +492,17 @@ def test_a_line_that_encodes_to_nothing_is_an_empty_input(model_parts):
   assert translator.decodable(['', *nothing, 'God', ' ']) == [len(nothing) + 1]
 
 
+def test_a_line_of_invisible_characters_the_tokenizer_keeps_as_unknown_is_an_empty_input(model_parts):
+  """A zero-width joiner, word joiner, soft hyphen, direction override or NUL encodes to <unk> with
+  SentencePiece; decoded, a model invents a sentence for it. Such a line is an empty input like a blank one."""
+  translator = Translator(*model_parts)
+  invisible = ['\u200d', '\u2060', '\u00ad', '\u202e', '\x00', '\u200d \u2060\t']
+  assert any(len(row) for row in translator.tokenizer.encode(invisible))  # not all dropped by the tokenizer
+  outputs, stats = translator.translate([*invisible, 'God', 'God\u200d'], batch_size=4)
+  assert outputs[:len(invisible)] == [''] * len(invisible) and stats.empty_inputs == len(invisible)
+  assert translator.decodable([*invisible, 'God', 'God\u200d', '😀']) == [len(invisible) + k for k in range(3)]
+
+
 def test_a_byte_order_mark_is_not_part_of_the_first_input_or_reference_line(tmp_path):
   """Windows editors start UTF-8 files with U+FEFF; glued to line 1 it would cost a reference its first word
   in BLEU. decode.py reads inputs and references as the training data reader does: without it."""
