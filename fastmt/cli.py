@@ -4,6 +4,9 @@ A FastmtError (bad input: a flag, a file, a work directory, a checkpoint) prints
 any other exception keeps its traceback, since it is a bug to report, not a user's mistake.
 """
 
+import errno
+import os
+import signal
 import sys
 
 from absl import app, flags
@@ -48,6 +51,11 @@ def one_line_message(error: Exception) -> str:
   return ' '.join(line.strip() for line in text.splitlines() if line.strip())
 
 
+# A full disk or a refused write: the machine's state, reported in one line like a user's error (any other
+# OSError keeps its traceback).
+_MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def exit_on_user_error(main):
   """Wraps an absl main: a FastmtError ends the program with its one-line message instead of a traceback.
   No fastmt tool takes positional arguments, so any left after the flags is an error (a value meant for a
@@ -56,8 +64,19 @@ def exit_on_user_error(main):
     try:
       if len(argv) > 1:
         raise FastmtError(f'Unexpected arguments: {argv[1:]} (list flags take commas: --methods greedy,beam:4)')
-      return main(argv)
+      result = main(argv)
+      sys.stdout.flush()  # here, not at exit, so that a closed pipe is handled below
+      return result
     except FastmtError as e:
+      sys.exit(f'{sys.argv[0]}: error: {e}')
+    except BrokenPipeError:
+      # The reader went away (`decode.py ... | head -1`): stop quietly, as a tool killed by SIGPIPE does.
+      # stdout is pointed at /dev/null so that the interpreter's last flush raises nothing more.
+      os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+      sys.exit(128 + signal.SIGPIPE)
+    except OSError as e:
+      if e.errno not in _MACHINE_ERRNOS:
+        raise
       sys.exit(f'{sys.argv[0]}: error: {e}')
   return wrapped
 

@@ -46,6 +46,36 @@ def test_positional_arguments_are_refused_by_every_tool():
   assert called == [['fastmt-bench']]
 
 
+def test_a_closed_pipe_ends_a_tool_quietly_and_a_full_disk_in_one_line():
+  """`decode.py ... | head -1` closes the pipe early: no traceback, the exit status of a tool killed by SIGPIPE.
+  A full disk (`--output /dev/full`) is one line; other OSErrors are bugs and keep their tracebacks."""
+  import errno  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  script = ('from fastmt import cli\n'
+            'def main(argv):\n'
+            '  for i in range(200000):\n'
+            '    print("line", i)\n'
+            'cli.exit_on_user_error(main)(["tool"])\n')
+  process = subprocess.Popen([sys.executable, '-c', script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  assert process.stdout.readline() == b'line 0\n'
+  process.stdout.close()
+  stderr = process.stderr.read().decode()
+  assert process.wait(timeout=60) == 141 and stderr == '', stderr
+
+  def full_disk(argv):
+    raise OSError(errno.ENOSPC, 'No space left on device')
+
+  with pytest.raises(SystemExit, match='error: .*No space left on device'):
+    cli.exit_on_user_error(full_disk)(['tool'])
+
+  def missing_internal_file(argv):
+    raise FileNotFoundError(errno.ENOENT, 'No such file or directory')
+
+  with pytest.raises(FileNotFoundError):
+    cli.exit_on_user_error(missing_internal_file)(['tool'])
+
+
 def test_bench_refuses_counts_that_would_fail_after_the_work_before_loading_anything(tmp_path):
   commands = {'--repeats=0': '--repeats must be >= 1', '--limit=-3': '--limit must be >= 0',
               '--methods=greedy:4': 'greedy takes at most 0 numbers',
