@@ -343,6 +343,7 @@ class Translator:
 
     rows = batch_rows(len(indices)): a short input makes a small batch; padding rows have cap 0.
     """
+    registry.check_whole_number('batch_size', batch_size)
     if batch_size < 1:
       raise FastmtError(f'batch_size must be >= 1, got {batch_size}')
     order = sorted(range(len(source_ids)), key=lambda i: len(source_ids[i]))

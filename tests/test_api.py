@@ -91,6 +91,9 @@ def test_bad_lines_and_settings_are_fastmt_errors_and_translate_reports_its_coun
   for ratio in (-5, float('inf'), float('nan'), None):
     with pytest.raises(FastmtError, match='output_length_ratio must be > 0'):
       model.translate(SENTENCES[:1], output_length_ratio=ratio)
+  for batch_size in (2.5, '4', None):
+    with pytest.raises(FastmtError, match='batch_size must be a whole number'):
+      model.translate(SENTENCES[:1], batch_size=batch_size)
   stats = fastmt.TranslationStats()
   long_line = ' '.join(['light'] * 3 * model.config.max_length)
   assert len(model.translate(['', SENTENCES[0], long_line], stats=stats)) == 3

@@ -138,6 +138,17 @@ def test_bad_decode_settings_are_clear_errors():
     DecodeSettings('pgj', block_size=0)
   with pytest.raises(ValueError, match='Unknown decoding algorithm'):
     DecodeSettings('sampling')
+  # wrong types are the same one-line errors, not TypeErrors from deep inside JAX
+  for settings, message in (({'algorithm': 'beam', 'beam_size': 2.0}, 'beam_size must be a whole number'),
+                            ({'algorithm': 'pgj', 'block_size': 'auto'}, 'block_size must be a whole number'),
+                            ({'algorithm': 'hgj', 'parallel_length': True}, 'parallel_length must be a whole'),
+                            ({'algorithm': 'beam', 'alpha': float('nan')}, 'alpha .* must be a number >= 0'),
+                            ({'algorithm': 'beam', 'alpha': -1}, 'alpha .* must be a number >= 0'),
+                            ({'algorithm': ['greedy']}, 'Unknown decoding algorithm'),
+                            ({'algorithm': 'spec', 'drafter': None}, 'drafter must be a string')):
+    with pytest.raises(ValueError, match=message):
+      DecodeSettings(**settings)
+  assert DecodeSettings('beam', beam_size=np.int64(2), alpha=0).beam_size == 2  # numpy integers are whole numbers
 
 
 def test_decode_cli_end_to_end(trained_workdir, tmp_path):

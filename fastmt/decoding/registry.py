@@ -7,6 +7,7 @@ family need an autoregressive ('at') model.
 
 import dataclasses
 import math
+import numbers
 from typing import Any, Callable
 
 from fastmt.decoding import beam, greedy, hrt, interleaved, jacobi
@@ -192,15 +193,34 @@ ALGORITHMS = {
 
 
 def get(name: str) -> Algorithm:
-  if name not in ALGORITHMS:
+  if not isinstance(name, str) or name not in ALGORITHMS:
     raise FastmtError(f'Unknown decoding algorithm {name!r}; choose one of {sorted(ALGORITHMS)}')
   return ALGORITHMS[name]
 
 
+_WHOLE_NUMBER_SETTINGS = ('beam_size', 'block_size', 'parallel_length', 'dedup_ngram', 'chunk_size', 'nat_beam_size')
+_NAME_SETTINGS = ('algorithm', 'jacobi_init', 'drafter')
+
+
+def check_whole_number(name: str, value) -> None:
+  """A count (a batch or beam size ...) must be an int: 2.5 or '4' is a clear error here, not a TypeError deep
+  inside JAX. numpy integers count; bools do not."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    raise FastmtError(f'{name} must be a whole number, got {value!r} ({type(value).__name__})')
+
+
 def validate(settings) -> None:
+  for name in _NAME_SETTINGS:
+    if not isinstance(getattr(settings, name), str):
+      raise FastmtError(f'{name} must be a string, got {getattr(settings, name)!r}')
+  for name in _WHOLE_NUMBER_SETTINGS:
+    check_whole_number(name, getattr(settings, name))
   ratio = settings.output_length_ratio
-  if not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0:
-    raise FastmtError(f'output_length_ratio must be > 0, got {settings.output_length_ratio}')
+  if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not math.isfinite(ratio) or ratio <= 0:
+    raise FastmtError(f'output_length_ratio must be > 0, got {settings.output_length_ratio!r}')
+  alpha = settings.alpha
+  if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not math.isfinite(alpha) or alpha < 0:
+    raise FastmtError(f'alpha (the beam search length penalty) must be a number >= 0, got {alpha!r}')
   get(settings.algorithm).check(settings)
 
 
