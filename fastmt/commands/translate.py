@@ -124,9 +124,8 @@ def main(argv):
     chosen = {'auto_width': {'width': choice.width, 'batch_size': FLAGS.batch_size,
                              'median_s': {str(w): t for w, t in choice.median_s.items()}}}
     translator = choice.translator
-    if choice.width > 1:
-      settings = choice.settings
-    elif FLAGS.ddgviz:
+    settings = choice.settings  # what decodes, and what --metrics_json records: greedy's at width 1
+    if choice.width == 1 and FLAGS.ddgviz:
       logging.warning('--ddgviz: --block_size auto chose greedy (width 1), which has no parallel calls to draw; '
                       'give a width to draw spec\'s')
   else:
