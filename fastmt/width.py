@@ -53,8 +53,10 @@ class AutoWidthTranslator:
                min_sentences: int = 24, log=logging.info, clock=time.perf_counter):
     if 1 not in translators:
       raise FastmtError('spec:auto needs width 1 (greedy, the fallback) among its candidates')
-    if not calibration:
-      raise FastmtError('spec:auto needs calibration sentences to time its candidate widths on')
+    from fastmt.translate import has_visible_text  # pylint: disable=g-import-not-at-top
+    calibration = list(calibration or [])
+    if not any(isinstance(t, str) and has_visible_text(t) for t in calibration):  # blank: nothing would be timed
+      raise FastmtError('spec:auto needs calibration sentences (not blank) to time its candidate widths on')
     self.translators = dict(sorted(translators.items()))
     self.calibration = list(calibration)
     self.repeats, self.margin, self.min_sentences, self.log = repeats, margin, min_sentences, log

@@ -80,8 +80,9 @@ def test_bad_candidates_are_clear_errors():
   clock = FakeClock()
   with pytest.raises(FastmtError, match='width 1'):
     width.AutoWidthTranslator({2: FakeTranslator('W2', clock, {1: 1.0})}, ['s'])
-  with pytest.raises(FastmtError, match='calibration'):
-    width.AutoWidthTranslator({1: FakeTranslator('W1', clock, {1: 1.0})}, [])
+  for calibration in ([], ['', ' ', '\u200b']):  # blank lines decode nothing: a width chosen on them timed nothing
+    with pytest.raises(FastmtError, match='calibration'):
+      width.AutoWidthTranslator({1: FakeTranslator('W1', clock, {1: 1.0})}, calibration)
 
 
 def test_spec_auto_in_the_bench_equals_greedy(trained_workdir, tiny_config):

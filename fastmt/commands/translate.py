@@ -114,6 +114,8 @@ def main(argv):
                       settings.algorithm, ddgviz.drawn_settings(settings).algorithm, settings.block_size)
   if FLAGS.batch_size < 1:
     raise FastmtError(f'--batch_size must be >= 1, got {FLAGS.batch_size}')
+  if FLAGS.speed_sentences < 0:
+    raise FastmtError(f'--speed_sentences must be >= 0 (0 = no batch-1 timing), got {FLAGS.speed_sentences}')
   clusters_dir = None
   if FLAGS.projection == 'clustered':
     clusters_dir = FLAGS.clusters or os.path.join(FLAGS.workdir, 'clusters', FLAGS.direction)
