@@ -4,6 +4,7 @@ import os
 import re
 
 import jax
+import numpy as np
 import pytest
 
 import fastmt
@@ -52,7 +53,13 @@ def test_load_picks_the_checkpoint_and_reports_bad_input(trained_workdir, tmp_pa
 def test_the_outside_decoder_example_of_docs_api_runs():
   blocks = [b for b in api_blocks() if 'def step_fn' in b]
   assert len(blocks) == 1
-  exec(compile(blocks[0], 'docs/API.md', 'exec'), {})  # pylint: disable=exec-used  (it asserts pgj == greedy)
+  namespace = {}
+  exec(compile(blocks[0], 'docs/API.md', 'exec'), namespace)  # pylint: disable=exec-used  (it asserts pgj == greedy)
+  with_ids = [b for b in api_blocks() if 't5_ids' in b]  # the special-ids example continues the first one
+  assert len(with_ids) == 1
+  exec(compile(with_ids[0], 'docs/API.md', 'exec'), namespace)  # pylint: disable=exec-used  (pgj == greedy)
+  # Started from id 0 instead of BOS_ID, the toy decoder's outputs change: the ids were used.
+  assert not np.array_equal(namespace['from_pad'].tokens, namespace['reference'].tokens)
 
 
 def test_the_library_example_of_docs_api_runs(trained_workdir, tmp_path, monkeypatch, capsys):
@@ -126,7 +133,6 @@ def test_a_damaged_work_directory_or_checkpoint_name_is_a_fastmt_error(trained_w
 def test_a_checkpoint_with_nan_weights_is_refused_not_translated_to_empty_lines(trained_workdir, tmp_path):
   """Flipped bytes that still parse (or a diverged run) give NaN weights; every output would come back empty."""
   import shutil  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   workdir = tmp_path / 'copy'

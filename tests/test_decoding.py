@@ -199,3 +199,180 @@ def test_encoder_cost_padded_times_each_source_at_its_bucket(monkeypatch):
   assert cost == pytest.approx((8 + 16 + 16 + 24 + 48) / 5)
   with pytest.raises(ValueError):
     roofline.encoder_cost_padded(config, None, [])
+
+
+# A model trained elsewhere has its own special ids (T5 and Marian start the decoder from their PAD; fairseq
+# puts EOS at 2). Every public decoder takes them as bos_id / eos_id / pad_id.
+
+def _relabelled(step_fn, order):
+  """The same model over a relabelled vocabulary: the user's id order[v] is fastmt's id v. Inputs are mapped
+  back to fastmt's ids, logits forward to the user's, so every decision is the same as step_fn's."""
+  order = jnp.asarray(order)
+  inverse = jnp.argsort(order)
+
+  def user_step(tokens, positions, self_mask, cache, write_offsets):
+    logits, cache = step_fn(inverse[tokens], positions, self_mask, cache, write_offsets)
+    return jnp.zeros_like(logits).at[..., order].set(logits), cache
+  return user_step
+
+
+@pytest.mark.parametrize('seed', range(2))
+def test_every_decoder_takes_the_models_own_special_ids(seed):
+  """The relabelled model, decoded with its own ids, gives the relabelled outputs of the original: token for
+  token and call for call, for greedy, beam (K = 1 and 3) and every Jacobi variant."""
+  from fastmt.decoding import jacobi  # pylint: disable=g-import-not-at-top
+  model, params = random_model(seed)
+  rng = np.random.default_rng(seed)
+  source = jnp.array(rng.integers(4, 40, (3, 6)))
+  eos_after = rng.integers(2, 14, 3)
+  order = rng.permutation(model.config.vocab_size)
+  while {order[BOS_ID], order[EOS_ID], order[step.PAD_ID]} & {BOS_ID, EOS_ID, step.PAD_ID}:
+    order = rng.permutation(model.config.vocab_size)  # the user's ids are none of fastmt's
+  ids = dict(bos_id=int(order[BOS_ID]), eos_id=int(order[EOS_ID]), pad_id=int(order[step.PAD_ID]))
+  # Beam search's step runs on B * K rows, sentence-major: each source repeated K times.
+  steps = {k: model_step(model, params, jnp.repeat(source, k, 0), np.repeat(eos_after, k)) for k in (1, 3)}
+  cache = lambda rows, slots: models.init_cache(model.config, rows, slots)
+  decoders = {
+      'greedy': lambda f, **k: greedy.greedy_search(f[1], cache(3, 16), 3, 16, **k),
+      'beam1': lambda f, **k: beam.beam_search(f[1], cache(3, 16), 3, 1, 16, **k),
+      'beam3': lambda f, **k: beam.beam_search(f[3], cache(9, 16), 3, 3, 16, alpha=0.6, **k),
+      'pj': lambda f, **k: jacobi.pj_decode(f[1], cache(3, 32), 3, 16, **k),
+      'pgj3': lambda f, **k: jacobi.pgj_decode(f[1], cache(3, 32), 3, 16, 3, **k),
+      'hgj3': lambda f, **k: jacobi.hgj_decode(f[1], cache(3, 32), 3, 16, 3, parallel_length=5, **k),
+  }
+  user_steps = {k: _relabelled(f, order) for k, f in steps.items()}
+  for name, run in decoders.items():
+    ours, theirs = run(steps), run(user_steps, **ids)
+    np.testing.assert_array_equal(theirs.tokens, order[np.asarray(ours.tokens)], err_msg=name)
+    np.testing.assert_array_equal(theirs.decoder_calls, ours.decoder_calls, err_msg=name)
+  # Without the ids the relabelled model is decoded with fastmt's, which here are wrong: other outputs.
+  assert not np.array_equal(decoders['greedy'](user_steps).tokens, order[np.asarray(decoders['greedy'](steps).tokens)])
+
+
+def test_decoders_on_a_t5_style_stub_start_from_pad_and_pad_after_eos():
+  """BOS == PAD (T5's decoder start), EOS = 9: the chain 4 -> A -> B -> 9, with exact outputs."""
+  from fastmt.decoding import jacobi  # pylint: disable=g-import-not-at-top
+  table = np.full(VOCAB, 9)
+  table[4], table[A], table[B] = A, B, 9
+  ids = dict(bos_id=4, eos_id=9, pad_id=4)
+  expected = [[A, B, 9, 4, 4, 4, 4, 4]] * 2
+  out = greedy.greedy_search(markov_step(table), stub_cache(2, 8), 2, 8, **ids)
+  np.testing.assert_array_equal(out.tokens, expected)
+  np.testing.assert_array_equal(out.decoder_calls, [3, 3])
+  out = beam.beam_search(markov_step(table), stub_cache(4, 8), 2, 2, 8, **ids)
+  np.testing.assert_array_equal(out.tokens, expected)
+  out = jacobi.pgj_decode(markov_step(table), stub_cache(2, 16), 2, 8, 3, **ids)
+  np.testing.assert_array_equal(out.tokens, expected)
+  np.testing.assert_array_equal(out.decoder_calls, [3, 3])  # a Markov chain: one token per call, as greedy
+
+
+@pytest.mark.parametrize('ids, message', [
+    (dict(eos_id=0, pad_id=0), 'must differ'),
+    (dict(eos_id=-1), 'eos_id must be a token id'),
+    (dict(bos_id=True), 'bos_id must be a token id'),
+    (dict(pad_id=2.0), 'pad_id must be a token id'),
+])
+def test_bad_special_ids_are_clear_errors(ids, message):
+  from fastmt.decoding import jacobi  # pylint: disable=g-import-not-at-top
+  step_fn = markov_step(np.zeros(VOCAB, int))
+  for run in (lambda: greedy.greedy_search(step_fn, stub_cache(1, 8), 1, 8, **ids),
+              lambda: beam.beam_search(step_fn, stub_cache(2, 8), 1, 2, 8, **ids),
+              lambda: jacobi.pgj_decode(step_fn, stub_cache(1, 16), 1, 8, 3, **ids)):
+    with pytest.raises(ValueError, match=message):
+      run()
+
+
+def _every_decoder(step_fn, cache_fn, batch=1, max_length=8, **kwargs):
+  """greedy, beam (K = 1) and PGJ (W = 3) over one step function: {name: thunk}."""
+  from fastmt.decoding import jacobi  # pylint: disable=g-import-not-at-top
+  return {'greedy': lambda: greedy.greedy_search(step_fn, cache_fn(batch, max_length), batch, max_length, **kwargs),
+          'beam': lambda: beam.beam_search(step_fn, cache_fn(batch, max_length), batch, 1, max_length, **kwargs),
+          'pgj': lambda: jacobi.pgj_decode(step_fn, cache_fn(batch, 2 * max_length), batch, max_length, 3, **kwargs)}
+
+
+@pytest.mark.parametrize('cache_fn, message', [
+    # Flax's decode=True cache: a scalar index beside the K/V (its first leaf in tree order).
+    (lambda b, m: {'cache_index': jnp.int32(0), 'k': jnp.zeros((b, m, 4))}, r"leaf \['cache_index'\] has shape \(\)"),
+    (lambda b, m: {'count': jnp.zeros((b,), jnp.int32), 'k': jnp.zeros((b, m, 4))}, r"leaf \['count'\] has shape"),
+    (lambda b, m: {'k': jnp.zeros((b + 1, m, 4))}, 'rows = 1'),
+    # The encoder's keys beside the self-attention slots: read as the slot count, they made a wrong mask.
+    (lambda b, m: {'cross': jnp.zeros((b, 5, 4)), 'self': jnp.zeros((b, m, 4))}, 'different numbers of slots'),
+    (lambda b, m: {}, 'holds no arrays'),
+])
+def test_a_cache_outside_the_contract_is_a_clear_error(cache_fn, message):
+  step_fn = markov_step(np.full(VOCAB, EOS_ID))
+  for name, run in _every_decoder(step_fn, cache_fn).items():
+    with pytest.raises(ValueError, match=message):
+      run()
+
+
+@pytest.mark.parametrize('wrong, message', [
+    (lambda logits, cache: (logits[:, -1], cache), r'logits of shape \(1, 16\)'),  # the last position only
+    (lambda logits, cache: (cache, logits), 'logits of shape None'),
+    (lambda logits, cache: logits, 'must return \\(logits, cache\\)'),
+])
+def test_a_step_function_returning_the_wrong_shape_is_a_clear_error(wrong, message):
+  inner = markov_step(np.full(VOCAB, EOS_ID))
+  step_fn = lambda *args: wrong(*inner(*args))
+  for name, run in _every_decoder(step_fn, stub_cache).items():
+    with pytest.raises(ValueError, match=message):
+      run()
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(batch_size=2.0), 'batch_size must be a whole number'),
+    (dict(max_length=0), 'max_length must be a whole number >= 1'),
+    (dict(max_length=True), 'max_length must be a whole number'),
+])
+def test_bad_counts_are_clear_errors(kwargs, message):
+  from fastmt.decoding import jacobi  # pylint: disable=g-import-not-at-top
+  step_fn = markov_step(np.full(VOCAB, EOS_ID))
+  args = dict(batch_size=1, max_length=4)
+  args.update(kwargs)
+  for run in (lambda: greedy.greedy_search(step_fn, stub_cache(1, 8), **args),
+              lambda: beam.beam_search(step_fn, stub_cache(1, 8), beam_size=1, **args),
+              lambda: jacobi.pgj_decode(step_fn, stub_cache(1, 8), block_size=2, **args)):
+    with pytest.raises(ValueError, match=message):
+      run()
+  with pytest.raises(ValueError, match='block_size must be a whole number'):
+    jacobi.pgj_decode(step_fn, stub_cache(1, 16), 1, 4, 2.5)
+  with pytest.raises(ValueError, match='beam_size must be a whole number'):
+    beam.beam_search(step_fn, stub_cache(1, 8), 1, 0, 4)
+  for alpha in (float('nan'), -0.5):
+    with pytest.raises(ValueError, match='alpha'):
+      beam.beam_search(step_fn, stub_cache(1, 8), 1, 1, 4, alpha=alpha)
+
+
+def test_row_caps_of_the_wrong_length_are_an_error_and_negative_caps_are_padding_rows():
+  table = np.full(VOCAB, EOS_ID)
+  table[BOS_ID] = A
+  for name, run in _every_decoder(markov_step(table), stub_cache, batch=2, row_caps=jnp.array([4, 4, 4])).items():
+    with pytest.raises(ValueError, match=r'one cap per row, shape \(2,\)'):
+      run()
+  for name, run in _every_decoder(markov_step(table), stub_cache, batch=2, row_caps=jnp.array([-3, 4])).items():
+    out = run()
+    np.testing.assert_array_equal(out.tokens[:, :2], [[0, 0], [A, EOS_ID]], err_msg=name)
+    np.testing.assert_array_equal(out.decoder_calls, [0, 2], err_msg=name)  # greedy said -3 before
+
+
+@pytest.mark.parametrize('bad, chosen', [({C: float('nan')}, C), ({C: float('inf')}, C),
+                                         ({C: float('inf'), D: float('nan')}, D),  # a NaN wins over +inf
+                                         ({v: -float('inf') for v in range(VOCAB)}, 0)])  # all -inf: the first
+def test_beam_takes_greedys_token_where_the_logits_hold_nan_or_inf(bad, chosen):
+  """Such a row has no distribution (its log-softmax is NaN): beam used to finish nothing and return PAD."""
+  table = np.full(VOCAB, EOS_ID)
+  table[BOS_ID], table[A] = A, B
+  override = np.full(VOCAB, np.float32(0))
+  is_bad = np.zeros(VOCAB, bool)
+  for token, value in bad.items():
+    override[token], is_bad[token] = value, True
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+    logits, cache = markov_step(table)(tokens, positions, self_mask, cache, write_offsets)
+    return jnp.where((tokens == A)[..., None] & is_bad, override, logits), cache  # the logits after A
+
+  g = greedy.greedy_search(step_fn, stub_cache(1, 6), 1, 6)
+  np.testing.assert_array_equal(g.tokens[0, :2], [A, chosen])
+  np.testing.assert_array_equal(beam.beam_search(step_fn, stub_cache(1, 6), 1, 1, 6).tokens, g.tokens)
+  wider = np.asarray(beam.beam_search(step_fn, stub_cache(3, 6), 1, 3, 6).tokens[0])
+  assert wider[0] == A and EOS_ID in wider  # a finished hypothesis, not an empty one

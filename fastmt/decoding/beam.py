@@ -6,6 +6,8 @@ live. A sentence is done once it has K finished hypotheses (or at max_length, wh
 as they are). With K = 1 this is exactly greedy decoding.
 """
 
+import math
+import numbers
 from typing import Any
 
 import flax.struct
@@ -13,7 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from fastmt.decoding.greedy import DecodeOutput, row_limits
-from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, causal_window_mask
+from fastmt.decoding.step import (BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, cache_slots,
+                                  causal_window_mask, check_counts, check_special_ids, checked_step_output)
 
 _LOW = -1e9  # score of an empty slot; finite so that sums and comparisons never make NaN
 
@@ -33,6 +36,20 @@ class BeamState:
   num_finished: jax.Array  # int32 [B]
   calls: jax.Array  # int32 [B]: decoder steps each sentence took until done
   cache: Any  # leaves [B * K, ...]
+
+
+def _log_probs(logits: jax.Array) -> jax.Array:
+  """float32 log-softmax of logits [R, V] for the search. A row holding NaN or +inf has no distribution (its
+  log-softmax is NaN, which no beam would ever keep or finish, so the sentence came back empty): there the
+  token(s) greedy's argmax would take (best_tokens: the NaNs, else the +infs; every token of an all -inf row)
+  get log-probability 0 and the rest -inf, and top_k's lower-index-first ties pick greedy's token, so that
+  beam_size 1 stays greedy on such logits too (a float16 model can overflow). Elementwise, in the same pass.
+  """
+  logits = logits.astype(jnp.float32)
+  normaliser = jax.nn.logsumexp(logits, axis=-1, keepdims=True)  # NaN with a NaN logit, +inf with +inf
+  greedys = jnp.where(jnp.isnan(normaliser), jnp.isnan(logits),
+                      jnp.where(normaliser == jnp.inf, logits == jnp.inf, True))
+  return jnp.where(jnp.isfinite(normaliser), logits - normaliser, jnp.where(greedys, 0.0, -jnp.inf))
 
 
 def _gather_beams(x, beam_indices):
@@ -81,14 +98,18 @@ def select_beams(finished_seqs, finished_scores, num_finished, top_seqs, top_sco
 
 
 def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: int, max_length: int,
-                alpha: float = 0.6, row_caps: jax.Array | None = None) -> DecodeOutput:
-  """Beam search; `cache` and `step_fn` must already work on batch_size * beam_size rows.
+                alpha: float = 0.6, row_caps: jax.Array | None = None, *, bos_id: int = BOS_ID,
+                eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> DecodeOutput:
+  """Beam search; `cache` and `step_fn` must already work on batch_size * beam_size rows, sentence b's beams
+  in rows b * beam_size .. (b + 1) * beam_size - 1 (expand_to_beams lays a per-sentence pytree out so).
 
   row_caps: optional int32 [B] (per sentence), each sentence's own output cap (<= max_length); 0 = a padding
     sentence, done from the start. At its cap a sentence's live beams join its finished ones.
+  bos_id, eos_id, pad_id: the model's special ids, as for greedy_search.
   Returns the best hypothesis per sentence: tokens [B, L] up to and including EOS, PAD after.
   """
-  state = _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps)
+  state = _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps,
+                  check_special_ids(bos_id, eos_id, pad_id))
   # Every sentence ended by K finished hypotheses or at its cap (caps <= max_length), so the best finished
   # hypothesis is the answer; a padding sentence's is BOS then PAD.
   best = jnp.argmax(state.finished_scores, axis=1)
@@ -97,27 +118,33 @@ def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: 
 
 
 def beam_search_top(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: int, max_length: int,
-                    top: int, alpha: float = 0.6, row_caps: jax.Array | None = None):
+                    top: int, alpha: float = 0.6, row_caps: jax.Array | None = None, *, bos_id: int = BOS_ID,
+                    eos_id: int = EOS_ID, pad_id: int = PAD_ID):
   """Beam search returning each sentence's `top` best finished hypotheses (best first), for rescoring.
 
   Returns (DecodeOutput with tokens [B, top, L], log_probs [B, top]: the hypotheses' plain log-probabilities,
   before the length penalty that ranked them).
   """
-  state = _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps)
+  ids = check_special_ids(bos_id, eos_id, pad_id)
+  state = _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps, ids)
   scores, order = jax.lax.top_k(state.finished_scores, top)
   tokens = _gather_beams(state.finished_seqs, order)[:, :, 1:]
-  log_probs = scores * length_penalty((tokens != PAD_ID).sum(-1), alpha)
+  log_probs = scores * length_penalty((tokens != ids[2]).sum(-1), alpha)
   return DecodeOutput(tokens, state.calls, state.step), log_probs
 
 
-def _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps) -> 'BeamState':
-  """The search itself: the final BeamState."""
+def _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps, ids) -> 'BeamState':
+  """The search itself: the final BeamState. ids: (bos_id, eos_id, pad_id), checked."""
+  bos_id, eos_id, pad_id = ids
   k, n = beam_size, batch_size
-  cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
+  check_counts(batch_size=batch_size, beam_size=beam_size, max_length=max_length)
+  if isinstance(alpha, numbers.Real) and not (math.isfinite(alpha) and alpha >= 0):
+    raise ValueError(f'alpha (the length penalty\'s exponent) must be a finite number >= 0, got {alpha!r}')
+  cache_length = cache_slots(cache, n * k)  # the cache and step_fn work on batch_size * beam_size rows
   if cache_length < max_length:
     raise ValueError(f'cache has {cache_length} slots, fewer than max_length={max_length}')
   caps = row_limits(n, max_length, row_caps)
-  seqs = jnp.full((n, k, max_length + 1), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
+  seqs = jnp.full((n, k, max_length + 1), pad_id, jnp.int32).at[:, :, 0].set(bos_id)
   # Only beam 0 is real at the start; the others would duplicate it.
   live_scores = jnp.tile(jnp.array([0.0] + [_LOW] * (k - 1), jnp.float32), (n, 1))
   num_finished = jnp.where(caps <= 0, k, 0).astype(jnp.int32)  # padding sentences are done from the start
@@ -130,16 +157,17 @@ def _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps) 
   def advance(state):
     offsets = jnp.full((n * k,), state.step, jnp.int32)
     current = jax.lax.dynamic_slice_in_dim(state.live_seqs, state.step, 1, axis=2).reshape(n * k, 1)
-    logits, cache = step_fn(current, offsets[:, None], causal_window_mask(offsets, 1, cache_length),
-                            state.cache, offsets)
-    log_probs = jax.nn.log_softmax(logits[:, 0].astype(jnp.float32)).reshape(n, k, -1)  # [B, K, V]
+    logits, cache = checked_step_output(
+        step_fn(current, offsets[:, None], causal_window_mask(offsets, 1, cache_length), state.cache, offsets),
+        n * k, 1)
+    log_probs = _log_probs(logits[:, 0]).reshape(n, k, -1)  # [B, K, V]
     vocab = log_probs.shape[-1]
     candidates = (state.live_scores[:, :, None] + log_probs).reshape(n, k * vocab)
     top_scores, top_ids = jax.lax.top_k(candidates, 2 * k)  # [B, 2K]
     top_beams, top_tokens = top_ids // vocab, (top_ids % vocab).astype(jnp.int32)
     top_seqs = _gather_beams(state.live_seqs, top_beams)
     top_seqs = jax.lax.dynamic_update_slice_in_dim(top_seqs, top_tokens[:, :, None], state.step + 1, axis=2)
-    is_eos = top_tokens == EOS_ID
+    is_eos = top_tokens == eos_id
     done = state.num_finished >= k  # [B]: sentences already complete keep their state
     at_cap = (state.step + 1 >= caps) & ~done  # a sentence at its cap ends now
     (live_seqs, live_scores, live_beams, finished_seqs, finished_scores, num_finished) = select_beams(

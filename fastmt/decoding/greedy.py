@@ -5,8 +5,10 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from fastmt.decoding.step import (BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, best_tokens, causal_window_mask,
+from fastmt.decoding.step import (BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, best_tokens, cache_slots,
+                                  causal_window_mask, check_counts, check_special_ids, checked_step_output,
                                   output_lengths)
 
 
@@ -34,23 +36,30 @@ def row_limits(batch_size: int, max_length: int, row_caps) -> jax.Array:
   """
   if row_caps is None:
     return jnp.full((batch_size,), max_length, jnp.int32)
-  return jnp.minimum(jnp.asarray(row_caps, jnp.int32), max_length)
+  if np.shape(row_caps) != (batch_size,):
+    raise ValueError(f'row_caps must have one cap per row, shape ({batch_size},), got {np.shape(row_caps)}')
+  return jnp.clip(jnp.asarray(row_caps, jnp.int32), 0, max_length)  # a negative cap is a padding row too
 
 
 def greedy_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_length: int,
-                  row_caps: jax.Array | None = None) -> DecodeOutput:
+                  row_caps: jax.Array | None = None, *, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
+                  pad_id: int = PAD_ID) -> DecodeOutput:
   """Greedy decoding of up to max_length tokens (EOS included); stops when every row is done.
 
   row_caps: optional int32 [B], each row's own output cap (<= max_length, the static bound); 0 = a padding
     row, done from the start. A row is done at its EOS or at its cap.
+  bos_id, eos_id, pad_id: the model's special ids (fastmt's by default; step.check_special_ids): the first
+    input of every row, the token that ends a row, the filler after it.
   The cache must have at least max_length slots. Rows that finished keep running (shapes are static) but
   their outputs are PAD; `decoder_calls` counts, per row, the calls up to its EOS or cap.
   """
-  cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
+  check_counts(batch_size=batch_size, max_length=max_length)
+  cache_length = cache_slots(cache, batch_size)
   if cache_length < max_length:
     raise ValueError(f'cache has {cache_length} slots, fewer than max_length={max_length}')
+  bos_id, eos_id, pad_id = check_special_ids(bos_id, eos_id, pad_id)
   caps = row_limits(batch_size, max_length, row_caps)
-  tokens = jnp.full((batch_size, max_length + 1), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
+  tokens = jnp.full((batch_size, max_length + 1), pad_id, jnp.int32).at[:, 0].set(bos_id)
   state = GreedyState(jnp.int32(0), tokens, caps <= 0, cache)
 
   def not_finished(state):
@@ -59,15 +68,16 @@ def greedy_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
   def advance(state):
     offsets = jnp.full((batch_size,), state.step, jnp.int32)
     current = jax.lax.dynamic_slice_in_dim(state.tokens, state.step, 1, axis=1)  # [B, 1]
-    logits, cache = step_fn(current, offsets[:, None], causal_window_mask(offsets, 1, cache_length),
-                            state.cache, offsets)
+    logits, cache = checked_step_output(
+        step_fn(current, offsets[:, None], causal_window_mask(offsets, 1, cache_length), state.cache, offsets),
+        batch_size, 1)
     next_token = best_tokens(logits[:, 0])  # [B]
-    next_token = jnp.where(state.done, PAD_ID, next_token)
+    next_token = jnp.where(state.done, pad_id, next_token)
     tokens = jax.lax.dynamic_update_slice_in_dim(state.tokens, next_token[:, None], state.step + 1, axis=1)
-    done = state.done | (next_token == EOS_ID) | (state.step + 1 >= caps)
+    done = state.done | (next_token == eos_id) | (state.step + 1 >= caps)
     return GreedyState(state.step + 1, tokens, done, cache)
 
   state = jax.lax.while_loop(not_finished, advance, state)
   outputs = state.tokens[:, 1:]
   # A row without EOS ran to its cap, so its length (capped) is also its number of calls.
-  return DecodeOutput(outputs, jnp.minimum(output_lengths(outputs), caps), state.step)
+  return DecodeOutput(outputs, jnp.minimum(output_lengths(outputs, eos_id), caps), state.step)

@@ -23,6 +23,7 @@ KV cache: the window's inputs are written at slots committed .. committed + W - 
 inputs are correct (their inputs and everything they attend to are final) and are not rewritten later.
 """
 
+import functools
 from typing import Any, Callable
 
 import flax.struct
@@ -31,7 +32,8 @@ import jax.numpy as jnp
 
 from fastmt.decoding import draft_model as draft_model_lib, drafts
 from fastmt.decoding.greedy import DecodeOutput, row_limits
-from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, best_tokens, causal_window_mask
+from fastmt.decoding.step import (BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, best_tokens, cache_slots,
+                                  causal_window_mask, check_counts, check_special_ids, checked_step_output)
 
 # Guesses for positions entering the window. An initialiser is called once per loop with the (static) window
 # width, outside the loop body so that any table it precomputes is built once, and returns a function from
@@ -48,9 +50,9 @@ Initializer = Callable[[int], Callable[[jax.Array], jax.Array]]
 PrefixDrafter = Callable[[jax.Array, jax.Array, int], tuple[jax.Array, jax.Array]]
 
 
-def pad_initializer(width: int) -> Callable[[jax.Array], jax.Array]:
-  """The paper's initialisation: every new position starts as PAD."""
-  return lambda anchor: jnp.full((anchor.shape[0], width), PAD_ID, jnp.int32)
+def pad_initializer(width: int, pad_id: int = PAD_ID) -> Callable[[jax.Array], jax.Array]:
+  """The paper's initialisation: every new position starts as PAD (jacobi_decode's default, with its pad_id)."""
+  return lambda anchor: jnp.full((anchor.shape[0], width), pad_id, jnp.int32)
 
 
 def chain_initializer(next_token: jax.Array) -> Initializer:
@@ -95,7 +97,8 @@ class JacobiState:
   draft_cache: Any = None  # a separate drafter model's cache (draft_model), else None
 
 
-def commit(guess: jax.Array, predictions: jax.Array, committed: jax.Array, caps: jax.Array, done: jax.Array):
+def commit(guess: jax.Array, predictions: jax.Array, committed: jax.Array, caps: jax.Array, done: jax.Array,
+           eos_id: int = EOS_ID):
   """Jacobi's commit rule for one call over a window of W positions: (accepted [B], done [B]).
 
   guess [B, W] is the iterate the call was fed (guess[:, j] the input of window position j + 1) and
@@ -106,7 +109,7 @@ def commit(guess: jax.Array, predictions: jax.Array, committed: jax.Array, caps:
   width = predictions.shape[1]
   agrees = (guess[:, :width - 1] == predictions[:, :width - 1]).astype(jnp.int32)
   accepted = 1 + jnp.cumprod(agrees, axis=1).sum(axis=1)  # [B] in 1..W
-  is_eos = (predictions == EOS_ID) & (jnp.arange(width)[None, :] < accepted[:, None])
+  is_eos = (predictions == eos_id) & (jnp.arange(width)[None, :] < accepted[:, None])
   accepted = jnp.where(is_eos.any(1), jnp.argmax(is_eos, axis=1) + 1, accepted)
   accepted = jnp.minimum(accepted, caps - committed)
   accepted = jnp.where(done, 0, accepted)
@@ -128,7 +131,7 @@ def draft_window_mask(write_offsets: jax.Array, context: jax.Array, width: int, 
 def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, parallel_limit: int,
                  initializer: Initializer, caps: jax.Array, mask_id: int | None = None,
                  drafter: PrefixDrafter | None = None,
-                 draft_model: draft_model_lib.DraftModel | None = None) -> JacobiState:
+                 draft_model: draft_model_lib.DraftModel | None = None, eos_id: int = EOS_ID) -> JacobiState:
   """Runs iterations with window `width` while some row is unfinished and below `parallel_limit`.
 
   mask_id (self-drafting; a model trained with the selfdraft objective): each call also carries W <mask>
@@ -143,7 +146,8 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
   commit, fastmt/decoding/draft_model.py). Drafts are guesses like any other: the commit rule keeps the
   output exact whatever they say.
   """
-  cache_length = jax.tree_util.tree_leaves(state.cache)[0].shape[1]
+  rows = state.tokens.shape[0]
+  cache_length = cache_slots(state.cache, rows)
   guesses_after = initializer(width)  # built here, once: the loop body only indexes into it
   kept = min(width, state.guess.shape[1])
   guess = state.guess[:, :kept]
@@ -164,14 +168,16 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     positions = n[:, None] + window[None, :]
     if drafting:
       context = jnp.where(s.guess_is_draft, width - 1, 0)  # [B]: where the draft block starts
-      logits, cache = step_fn(jnp.concatenate([inputs, jnp.full_like(inputs, mask_id)], 1),
-                              jnp.concatenate([positions, positions + context[:, None]], 1),
-                              draft_window_mask(n, context, width, cache_length), s.cache, n)
+      logits, cache = checked_step_output(
+          step_fn(jnp.concatenate([inputs, jnp.full_like(inputs, mask_id)], 1),
+                  jnp.concatenate([positions, positions + context[:, None]], 1),
+                  draft_window_mask(n, context, width, cache_length), s.cache, n), rows, 2 * width)
       logits, draft_logits = logits[:, :width], logits[:, width:]
     else:
-      logits, cache = step_fn(inputs, positions, causal_window_mask(n, width, cache_length), s.cache, n)
+      logits, cache = checked_step_output(
+          step_fn(inputs, positions, causal_window_mask(n, width, cache_length), s.cache, n), rows, width)
     predictions = best_tokens(logits)  # [B, W]: for outputs n .. n + W - 1
-    accepted, done = commit(s.guess, predictions, n, caps, s.done)
+    accepted, done = commit(s.guess, predictions, n, caps, s.done, eos_id)
     committed = n + accepted
 
     # Predictions go to tokens[n + 1 ..]; those past the verified prefix are overwritten later.
@@ -221,9 +227,10 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
 
 
 def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_length: int, block_size: int,
-                  parallel_length: int | None = None, initializer: Initializer = pad_initializer,
+                  parallel_length: int | None = None, initializer: Initializer | None = None,
                   return_trace: bool = False, row_caps: jax.Array | None = None, mask_id: int | None = None,
-                  drafter: PrefixDrafter | None = None, draft_model: draft_model_lib.DraftModel | None = None):
+                  drafter: PrefixDrafter | None = None, draft_model: draft_model_lib.DraftModel | None = None, *,
+                  bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID):
   """Hybrid GS-Jacobi decoding; PJ and PGJ are its special cases (see module docstring).
 
   Args:
@@ -246,25 +253,32 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
     draft_model: a separate drafter model (fastmt/decoding/draft_model.py) whose drafts are the guesses of
       every window, the first included; its cache needs draft_model.cache_slots(max_length, block_size)
       slots. Not with mask_id or drafter.
+    initializer: guesses for positions entering the window (see Initializer); None = PAD (pad_initializer).
+    bos_id, eos_id, pad_id: the model's special ids, as for greedy_search (pad_id is also the default
+      initializer's guess). The self-drafting and drafter-model paths are fastmt's own models: their ids.
   Returns:
     DecodeOutput (and the JacobiTrace when return_trace): tokens equal to greedy_search's, decoder_calls
     per row <= its greedy length.
   """
-  if block_size < 1:
-    raise ValueError(f'block_size must be >= 1, got {block_size}')
+  check_counts(batch_size=batch_size, max_length=max_length, block_size=block_size)
+  if parallel_length is not None:
+    check_counts(parallel_length=parallel_length)
+  bos_id, eos_id, pad_id = check_special_ids(bos_id, eos_id, pad_id)
+  if initializer is None:
+    initializer = functools.partial(pad_initializer, pad_id=pad_id)
   if sum(x is not None for x in (drafter, mask_id, draft_model)) > 1:
     raise ValueError('give one of a prefix drafter, self-drafting (mask_id) and a drafter model, not several')
   block_size = min(block_size, max_length)
   parallel_length = max_length if parallel_length is None else parallel_length
   if not 0 < parallel_length <= max_length:
     raise ValueError(f'parallel_length must be in 1..{max_length} (the output cap), got {parallel_length}')
-  cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
+  cache_length = cache_slots(cache, batch_size)
   needed = max_length + block_size * (2 if mask_id is not None else 1)
   if cache_length < needed:
     what = 'max_length + 2 * block_size (window and draft slots)' if mask_id is not None else \
         'max_length + block_size'
     raise ValueError(f'cache has {cache_length} slots; Jacobi needs {what} = {needed}')
-  tokens = jnp.full((batch_size, max_length + block_size + 1), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
+  tokens = jnp.full((batch_size, max_length + block_size + 1), pad_id, jnp.int32).at[:, 0].set(bos_id)
   trace = None
   if return_trace:
     shape = (max_length, batch_size, block_size)
@@ -273,7 +287,7 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
                         jnp.zeros(shape[:2], jnp.int32))
   zeros = jnp.zeros((batch_size,), jnp.int32)
   caps = row_limits(batch_size, max_length, row_caps)
-  first_guesses = initializer(block_size)(jnp.full((batch_size,), BOS_ID, jnp.int32))
+  first_guesses = initializer(block_size)(jnp.full((batch_size,), bos_id, jnp.int32))
   draft_cache = None
   if draft_model is not None:
     draft_slots = jax.tree_util.tree_leaves(draft_model.cache)[0].shape[1]
@@ -286,11 +300,11 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
   state = JacobiState(jnp.int32(0), tokens, zeros, first_guesses, caps <= 0, zeros, cache, trace, zeros > 0,
                       draft_cache)
   state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer, caps, mask_id, drafter,
-                       draft_model)
+                       draft_model, eos_id)
   if parallel_length < max_length:
-    state = _jacobi_loop(step_fn, state, 1, max_length, max_length, initializer, caps)
+    state = _jacobi_loop(step_fn, state, 1, max_length, max_length, initializer, caps, eos_id=eos_id)
   outputs = state.tokens[:, 1:max_length + 1]
-  outputs = jnp.where(jnp.arange(max_length)[None, :] < state.committed[:, None], outputs, PAD_ID)
+  outputs = jnp.where(jnp.arange(max_length)[None, :] < state.committed[:, None], outputs, pad_id)
   result = DecodeOutput(outputs, state.calls, state.iteration)
   return (result, state.trace) if return_trace else result
 
@@ -303,16 +317,19 @@ def ngram_drafter(source: jax.Array | None = None, ngram: int = 2) -> PrefixDraf
 
 
 def pj_decode(step_fn, cache, batch_size, max_length, **kwargs):
-  """Parallel Jacobi: the window is the whole output (up to the cap)."""
+  """Parallel Jacobi: the window is the whole output (up to the cap). Keywords and the DecodeOutput as
+  jacobi_decode's; the cache needs 2 * max_length slots."""
   return jacobi_decode(step_fn, cache, batch_size, max_length, block_size=max_length, **kwargs)
 
 
 def pgj_decode(step_fn, cache, batch_size, max_length, block_size, **kwargs):
-  """Parallel GS-Jacobi: windows of block_size, block after block, to the end."""
+  """Parallel GS-Jacobi: windows of block_size, block after block, to the end. Keywords and the DecodeOutput
+  as jacobi_decode's; the cache needs max_length + block_size slots."""
   return jacobi_decode(step_fn, cache, batch_size, max_length, block_size=block_size, **kwargs)
 
 
 def hgj_decode(step_fn, cache, batch_size, max_length, block_size, parallel_length, **kwargs):
-  """Hybrid GS-Jacobi: PGJ up to parallel_length, then greedy until EOS."""
+  """Hybrid GS-Jacobi: PGJ up to parallel_length, then greedy until EOS. Keywords and the DecodeOutput as
+  jacobi_decode's; the cache needs max_length + block_size slots."""
   return jacobi_decode(step_fn, cache, batch_size, max_length, block_size=block_size,
                        parallel_length=parallel_length, **kwargs)

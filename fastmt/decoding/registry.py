@@ -10,7 +10,7 @@ import math
 import numbers
 from typing import Any, Callable
 
-from fastmt.decoding import beam, greedy, hrt, interleaved, jacobi
+from fastmt.decoding import beam, greedy, hrt, interleaved, jacobi, step
 from fastmt.errors import FastmtError
 
 
@@ -205,7 +205,7 @@ _NAME_SETTINGS = ('algorithm', 'jacobi_init', 'drafter')
 def check_whole_number(name: str, value) -> None:
   """A count (a batch or beam size ...) must be an int: 2.5 or '4' is a clear error here, not a TypeError deep
   inside JAX. numpy integers count; bools do not."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+  if not step.is_whole_number(value):
     raise FastmtError(f'{name} must be a whole number, got {value!r} ({type(value).__name__})')
 
 

@@ -4,14 +4,17 @@ Decoding algorithms never import the model. They receive a `DecoderStepFn` that 
 and the encoded source, plus an opaque cache pytree whose leaves all have the batch as leading axis.
 """
 
+import numbers
 from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fastmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # re-exported: decoders only need the ids
 
-__all__ = ['DecoderStepFn', 'BOS_ID', 'EOS_ID', 'PAD_ID', 'best_tokens', 'causal_window_mask', 'pad_after_eos']
+__all__ = ['DecoderStepFn', 'BOS_ID', 'EOS_ID', 'PAD_ID', 'best_tokens', 'cache_slots', 'causal_window_mask',
+           'check_counts', 'check_special_ids', 'checked_step_output', 'is_whole_number', 'pad_after_eos']
 
 
 class DecoderStepFn(Protocol):
@@ -55,15 +58,84 @@ def causal_window_mask(write_offsets: jax.Array, width: int, cache_length: int) 
   return slots <= query_slot
 
 
-def pad_after_eos(tokens: jax.Array) -> jax.Array:
+def is_whole_number(value) -> bool:
+  """An int or numpy integer, not a bool (2.5, '4' and True are not counts)."""
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_counts(**counts) -> None:
+  """Each count (batch_size=..., max_length=...) must be a whole number >= 1: a clear ValueError here instead
+  of a TypeError or IndexError from deep inside JAX (a float shape, an empty argmax)."""
+  for name, value in counts.items():
+    if not is_whole_number(value) or value < 1:
+      raise ValueError(f'{name} must be a whole number >= 1, got {value!r}')
+
+
+def cache_slots(cache: Any, rows: int) -> int:
+  """The number of slots of a decoder cache, checked against what every decoder relies on: each leaf has the
+  `rows` on axis 0 and the slots on axis 1 (e.g. K/V [rows, slots, heads, head_dim]).
+
+  Checked at trace time (shapes are static), so it costs nothing per call. Encoder outputs, cross-attention
+  keys and counters belong in the step function's closure, not in the cache; Flax's own `decode=True` attention
+  cache (a shared scalar index, one query position per call) does not fit these decoders.
+  """
+  leaves = jax.tree_util.tree_leaves_with_path(cache)
+  if not leaves:
+    raise ValueError('the cache holds no arrays: every decoder writes each new position into it')
+  slots = {}
+  for path, leaf in leaves:
+    shape = tuple(np.shape(leaf))
+    if len(shape) < 2 or shape[0] != rows:
+      raise ValueError(f'cache leaf {jax.tree_util.keystr(path) or "(root)"} has shape {shape}; every leaf needs '
+                       f'[rows, slots, ...] with rows = {rows} (keep encoder outputs and counters in the step '
+                       'function\'s closure, not in the cache)')
+    slots.setdefault(shape[1], jax.tree_util.keystr(path) or '(root)')
+  if len(slots) > 1:
+    raise ValueError('cache leaves have different numbers of slots (axis 1): ' +
+                     ', '.join(f'{where}: {n}' for n, where in slots.items()))
+  return next(iter(slots))
+
+
+def checked_step_output(output: Any, rows: int, width: int) -> tuple[jax.Array, Any]:
+  """step_fn's (logits [rows, width, V], cache), its shape checked at trace time: logits of the last position
+  only ([B, V]) or (cache, logits) in the other order would otherwise decode garbage or fail deep inside."""
+  if not isinstance(output, (tuple, list)) or len(output) != 2:
+    raise ValueError(f'step_fn must return (logits, cache), got {type(output).__name__}')
+  logits, cache = output
+  shape = getattr(logits, 'shape', None)
+  if shape is None or len(shape) != 3 or tuple(shape[:2]) != (rows, width):
+    raise ValueError(f'step_fn returned logits of shape {shape}; expected [rows, positions, vocab] with rows = '
+                     f'{rows} and positions = {width}, first in the pair (logits, cache)')
+  return logits, cache
+
+
+def check_special_ids(bos_id, eos_id, pad_id) -> tuple[int, int, int]:
+  """The special ids a decoder is given, checked: (bos_id, eos_id, pad_id) as Python ints.
+
+  fastmt's own vocabularies use BOS_ID, EOS_ID and PAD_ID, the decoders' defaults; a model trained elsewhere
+  passes its own (T5 and Marian start the decoder from their PAD: bos_id == pad_id is fine). pad_id only fills
+  the outputs after EOS (and is Jacobi's initial guess), so it must differ from eos_id, or the end of an
+  output could not be told from its padding.
+  """
+  ids = {'bos_id': bos_id, 'eos_id': eos_id, 'pad_id': pad_id}
+  for name, value in ids.items():
+    if not is_whole_number(value) or value < 0:
+      raise ValueError(f'{name} must be a token id (an int >= 0), got {value!r}')
+  if eos_id == pad_id:
+    raise ValueError(f'eos_id and pad_id must differ (both {eos_id}): pad_id fills the outputs after EOS; '
+                     'give another id as pad_id (an unused one will do)')
+  return int(bos_id), int(eos_id), int(pad_id)
+
+
+def pad_after_eos(tokens: jax.Array, eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> jax.Array:
   """Keeps each row up to and including its first EOS; PAD after it. tokens: int [B, L]."""
-  is_eos = tokens == EOS_ID
+  is_eos = tokens == eos_id
   after_eos = jnp.cumsum(is_eos, axis=-1) - is_eos > 0
-  return jnp.where(after_eos, PAD_ID, tokens)
+  return jnp.where(after_eos, pad_id, tokens)
 
 
-def output_lengths(tokens: jax.Array) -> jax.Array:
+def output_lengths(tokens: jax.Array, eos_id: int = EOS_ID) -> jax.Array:
   """Number of tokens up to and including the first EOS (all of them if none). tokens: [B, L] -> [B]."""
-  is_eos = tokens == EOS_ID
+  is_eos = tokens == eos_id
   first_eos = jnp.argmax(is_eos, axis=-1)
   return jnp.where(is_eos.any(-1), first_eos + 1, tokens.shape[-1]).astype(jnp.int32)
