@@ -44,12 +44,11 @@ def test_nll(workdir: str, split: str = 'test', tokens_per_batch: int = 4096) ->
   src, tgt, _, _ = batching.prepare_pairs(tokenizer.encode(data.sources), tokenizer.encode(data.targets),
                                           model_config.max_length)
   buckets = [b for b in config.bucket_lengths if b < model_config.max_length] + [model_config.max_length]
-  batches = batching.TrainBatches(src, tgt, buckets, tokens_per_batch, seed=0)
+  batches, _ = batching.validation_batches(src, tgt, buckets, tokens_per_batch)  # every pair once
   model = models.Transformer(model_config)
   step = jax.jit(lambda p, b: train_lib.eval_step(p, b, config.num_train_steps, model.apply, objective))
   nll, tokens = 0.0, 0
-  for i in range(batches.batches_per_epoch):
-    batch = batches.batch(i)
+  for batch in batches:
     arrays = {'source': batch.source, 'decoder_input': batch.decoder_input, 'target': batch.target}
     nll += float(step(params, {k: jnp.asarray(v) for k, v in arrays.items()})['nll'])
     tokens += int((np.asarray(batch.target) != PAD_ID).sum())

@@ -10,6 +10,7 @@ same steps as an uninterrupted one. Multi-host: call `jax.distributed.initialize
 
 import functools
 import json
+import logging
 import os
 import sys
 import time
@@ -28,6 +29,7 @@ from fastmt.errors import FastmtError
 from fastmt.data import pipeline
 from fastmt.data.tokenizer import PAD_ID
 from fastmt.decoding import registry
+from fastmt.decoding.step import is_whole_number
 from fastmt.translate import DecodeSettings, Translator
 from fastmt.workdir import MODEL_CONFIG_FILE, TRAIN_CONFIG_FILE
 
@@ -164,7 +166,13 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   # The architecture too (unknown keys, dtype, shapes), before the corpus loads or anything is written: a
   # mistyped override costs nothing and leaves no half-made work directory behind.
   _check_objective_fits_model(objective_name, objective_options, ModelConfig.from_config(config.model, 1))
-  os.makedirs(workdir, exist_ok=True)
+  check_training_settings(config)
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise FastmtError(f'--workdir {workdir} is a file, not a directory')
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except (FileExistsError, NotADirectoryError) as e:
+    raise FastmtError(f'cannot make the work directory {workdir}: {e.strerror} ({e.filename})') from None
   mesh = jax.make_mesh((jax.device_count(),), ('data',), axis_types=(jax.sharding.AxisType.Auto,))
   data_sharding = NamedSharding(mesh, P('data'))
   replicated = NamedSharding(mesh, P())
@@ -174,6 +182,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   objective_fn = objectives.build(objective_name, objective_options, data.tokenizer, config.num_train_steps)
   _check_objective_fits_model(objective_name, objective_options, model_config)
   workdir_lib.save_objective(workdir, objective_name, objective_options)
+  _warn_of_a_changed_corpus(workdir, config)
   if jax.process_index() == 0:
     with open(os.path.join(workdir, TRAIN_CONFIG_FILE), 'w') as f:
       f.write(config.to_json(indent=2))
@@ -181,8 +190,8 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   state = jax.device_put(initial_state(model_config, config), replicated)
   manager = workdir_lib.checkpoint_manager(workdir, config.max_checkpoints_to_keep)
   best_manager = workdir_lib.checkpoint_manager(workdir, best=True) if config.get('keep_best_checkpoint') else None
-  if manager.latest_step() is not None:
-    state = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
+  if manager.all_steps():
+    state, manager = _restore_newest_readable(manager, state, workdir, config.max_checkpoints_to_keep)
     print(f'Resumed from step {int(state.step)} of {workdir}', file=sys.stderr)
   elif config.get('init_from'):
     state = state.replace(params=jax.device_put(_initial_params(config.init_from, model_config), replicated))
@@ -240,6 +249,64 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     best_manager.wait_until_finished()
   progress.close()
   return state
+
+
+def check_training_settings(config) -> None:
+  """The loop's counts, before anything is loaded or written: a zero interval used to stop the run with a
+  ZeroDivisionError after its first compiled step, warmup_steps=0 to train NaN weights (0 / 0 in the
+  schedule) without a word."""
+  for name in ('num_train_steps', 'warmup_steps', 'tokens_per_batch', 'log_every_steps', 'eval_every_steps',
+               'checkpoint_every_steps'):
+    value = config.get(name)
+    if not is_whole_number(value) or value < 1:
+      why = ' (the inverse-square-root decay is measured from it)' if name == 'warmup_steps' else ''
+      raise FastmtError(f'config.{name} must be a whole number >= 1, got {value!r}{why}')
+
+
+def _warn_of_a_changed_corpus(workdir: str, config) -> None:
+  """A resumed run keeps its vocabulary (spm.model) whatever the config says now: warn when the dataset or the
+  vocabulary size differs from the recorded config.json, which this run then overwrites (text in characters
+  the old vocabulary lacks would train as <unk> without a word)."""
+  path = os.path.join(workdir, TRAIN_CONFIG_FILE)
+  if not workdir_lib.has_checkpoints(workdir) or not os.path.isfile(path):
+    return
+  try:
+    with open(path, encoding='utf-8') as f:
+      recorded = json.load(f)
+  except (OSError, ValueError):
+    return  # nothing to compare with; the record is rewritten below
+  if not isinstance(recorded, dict):
+    return
+  current = json.loads(config.to_json())  # tuples as lists, as the record holds them
+  old, new = recorded.get('dataset') or {}, current.get('dataset') or {}
+  changed = [f'dataset.{k}' for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+  changed += ['vocab_size'] if recorded.get('vocab_size') != current.get('vocab_size') else []
+  if changed:
+    logging.warning('%s resumes from its checkpoint with %s changed since its recorded config: it keeps its '
+                    'vocabulary (%s) and its steps so far; use a new --workdir (or init_from) for new data',
+                    workdir, ', '.join(changed), workdir_lib.TOKENIZER_FILE)
+
+
+def _restore_newest_readable(manager, state, workdir: str, max_to_keep):
+  """(state, manager) restored from the newest checkpoint step that reads. A step that does not (a damaged
+  file, an empty step directory) is renamed to STEP.unreadable, with a warning, and the one before is tried:
+  a resume loses the steps since that one instead of stopping with a traceback; the renamed directory is
+  left for inspection, out of the way of the step that training will save again under its number."""
+  for step in sorted(manager.all_steps(), reverse=True):
+    try:
+      return manager.restore(step, args=ocp.args.StandardRestore(state)), manager
+    except Exception as e:  # pylint: disable=broad-except  (orbax raises many kinds for a damaged step)
+      if jax.process_index() == 0:
+        directory = os.path.join(workdir, workdir_lib.CHECKPOINT_DIR, str(step))
+        aside, n = f'{directory}.unreadable', 1
+        while os.path.exists(aside):  # the same step failed before
+          aside, n = f'{directory}.unreadable{n}', n + 1
+        os.replace(directory, aside)
+      logging.warning('checkpoint step %d of %s cannot be read (%s: %.200s); set aside as %d.unreadable, '
+                      'trying the step before', step, workdir, type(e).__name__, e, step)
+      manager = workdir_lib.checkpoint_manager(workdir, max_to_keep)  # re-reads the steps on disk
+  raise FastmtError(f'no checkpoint of {workdir} can be read (each was renamed to STEP.unreadable); '
+                    'start again in a new --workdir')
 
 
 def _initial_params(init_from: str, model_config: ModelConfig):

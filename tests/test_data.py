@@ -209,3 +209,36 @@ def test_new_vocabularies_reserve_the_symbols_other_objectives_need(trained_work
     tokenizer.special_id(tokenizer_lib.MASK)
   with pytest.raises(FastmtError, match='chunk size'):
     tokenizer_lib.chunk_bos(9)
+
+
+@pytest.mark.parametrize('devices', [1, 2])
+def test_validation_batches_hold_every_pair_once(tokenizer, devices):
+  """TrainBatches fills a bucket's last batch with repeated pairs; for the validation loss that counted a pair
+  of a sparse bucket many times over (16 distinct pairs in 32 rows on the tiny config)."""
+  src = tokenizer.encode(corpus.read_lines(str(DATA / 'genesis.en')))
+  tgt = tokenizer.encode(corpus.read_lines(str(DATA / 'genesis.de')))
+  src, tgt, _, _ = batching.prepare_pairs(src, tgt, 128)
+  batches, repeated = batching.validation_batches(src, tgt, (32, 64, 128), 1024, devices)
+  rows = [(tuple(b.source[i]), tuple(b.target[i])) for b in batches for i in range(len(b.source))]
+  assert all(len(b.source) % devices == 0 for b in batches)
+  assert len(rows) == len(src) + repeated and (repeated == 0) == (devices == 1)
+  assert repeated < devices * len({b.source.shape[1] for b in batches})  # at most a few per bucket
+  counts = {}
+  for row in rows:
+    counts[row] = counts.get(row, 0) + 1
+  assert len(counts) == len(src)  # every pair, none lost (Genesis has no duplicate verse)
+  assert sum(c - 1 for c in counts.values()) == repeated
+
+
+def test_prepare_pairs_with_nothing_usable_says_why():
+  with pytest.raises(FastmtError, match='no validation pair can be used: of 2, 1 have an empty side and 1 are longer'):
+    batching.prepare_pairs([np.array([5] * 10), np.array([], np.int32)], [np.array([6]), np.array([7])], 8,
+                           split='validation')
+
+
+def test_a_vocabulary_the_corpus_cannot_give_is_one_clear_error(tmp_path):
+  with pytest.raises(FastmtError, match='cannot train a 8000-piece vocabulary on 3 training sentences: .*8000'):
+    train_tokenizer(['in the beginning', 'god created', 'the heaven and the earth'], str(tmp_path / 'spm.model'),
+                    8000)
+  with pytest.raises(FastmtError, match='vocab_size must be a whole number'):
+    train_tokenizer(['a b'], str(tmp_path / 'spm.model'), 0)

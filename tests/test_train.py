@@ -10,6 +10,7 @@ import pytest
 
 from fastmt import train_lib, workdir as workdir_lib
 from fastmt.data import batching
+from fastmt.errors import FastmtError
 
 
 def _history(workdir):
@@ -114,3 +115,67 @@ def test_a_model_config_left_by_a_start_that_never_checkpointed_is_replaced(trai
     train_lib.check_or_save_model_config(str(workdir), config.replace(mlp_dim=8))
   with pytest.raises(ValueError, match="trained with objective 'at'"):
     workdir_lib.save_objective(str(workdir), 'hrt', {'chunk_size': 2})
+
+
+@pytest.mark.parametrize('damage', ['empty step directory', 'truncated files'])
+def test_a_damaged_latest_checkpoint_resumes_from_the_step_before(trained_workdir, tiny_config, tmp_path, damage):
+  """The latest step does not read: set aside (20.unreadable) and the run goes on from step 10, to the same
+  parameters as the uninterrupted run (it used to stop with orbax's traceback)."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'copy'
+  shutil.copytree(trained_workdir, workdir)
+  latest = workdir / workdir_lib.CHECKPOINT_DIR / str(tiny_config.num_train_steps)
+  assert latest.is_dir() and (workdir / workdir_lib.CHECKPOINT_DIR / '10').is_dir()
+  if damage == 'empty step directory':
+    shutil.rmtree(latest)
+    latest.mkdir()
+  else:
+    for path in latest.rglob('*'):
+      if path.is_file():
+        path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 3])
+  resumed = train_lib.train_and_evaluate(tiny_config, str(workdir))
+  assert (latest.parent / f'{latest.name}.unreadable').is_dir()
+  reference, _ = workdir_lib.restore_params(trained_workdir, workdir_lib.load_model_config(trained_workdir))
+  jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.params, reference)
+
+
+@pytest.mark.parametrize('key, value', [('warmup_steps', 0), ('checkpoint_every_steps', 0), ('eval_every_steps', -1),
+                                        ('log_every_steps', 0), ('tokens_per_batch', 0), ('num_train_steps', 0)])
+def test_training_counts_are_checked_before_anything_is_written(tiny_config, tmp_path, key, value):
+  """warmup_steps=0 trained NaN weights (0 / 0 in the schedule), a zero interval died after the first step."""
+  bad = tiny_config.copy_and_resolve_references()
+  bad[key] = value
+  with pytest.raises(FastmtError, match=f'config.{key} must be a whole number >= 1'):
+    train_lib.train_and_evaluate(bad, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+
+
+def test_a_work_directory_that_is_a_file_is_one_clear_error(tiny_config, tmp_path):
+  (tmp_path / 'afile').write_text('x')
+  for workdir in (tmp_path / 'afile', tmp_path / 'afile' / 'sub'):
+    with pytest.raises(FastmtError, match='afile'):
+      train_lib.train_and_evaluate(tiny_config, str(workdir))
+
+
+def test_a_corpus_with_no_usable_pair_is_one_clear_error(tiny_config, tmp_path):
+  bad = tiny_config.copy_and_resolve_references()
+  bad.model.max_length = 4  # every Genesis verse is longer
+  with pytest.raises(FastmtError, match=r'no training pair can be used: of \d+, 0 have an empty side and \d+ are '
+                                        'longer than 4 tokens'):
+    train_lib.train_and_evaluate(bad, str(tmp_path / 'run'))
+
+
+def test_resuming_with_another_corpus_warns_that_the_vocabulary_stays(trained_workdir, tiny_config, tmp_path, caplog):
+  import shutil  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'copy'
+  shutil.copytree(trained_workdir, workdir)
+  same = tiny_config.copy_and_resolve_references()
+  with caplog.at_level('WARNING'):
+    train_lib.train_and_evaluate(same, str(workdir))  # at its last step already: nothing to train
+  assert 'changed since its recorded config' not in caplog.text
+  other = tiny_config.copy_and_resolve_references()
+  other.dataset.train_files = tuple(reversed(tiny_config.dataset.train_files))
+  other.vocab_size = tiny_config.vocab_size + 1
+  with caplog.at_level('WARNING'):
+    train_lib.train_and_evaluate(other, str(workdir))
+  assert 'with dataset.train_files, vocab_size changed since its recorded config' in caplog.text

@@ -35,13 +35,14 @@ def bucket_for(length: int, bucket_lengths) -> int:
   raise ValueError(f'length {length} exceeds the largest bucket {bucket_lengths[-1]}')
 
 
-def prepare_pairs(source_ids, target_ids, max_length: int, distilled_ids=None):
+def prepare_pairs(source_ids, target_ids, max_length: int, distilled_ids=None, split: str = 'training'):
   """Drops pairs that cannot train (an empty side, or longer than max_length with EOS); returns counts.
 
   distilled_ids: optional second target per pair (a teacher's translation, for mixed distillation); a pair
   is kept only when its source and both targets can train.
   Returns (kept_source, kept_target, kept_distilled or None, counts) where counts = {'empty': n,
-  'too_long': n}. Nothing is shifted: pairs are kept or dropped whole.
+  'too_long': n}. Nothing is shifted: pairs are kept or dropped whole. No pair left is a FastmtError that
+  says why (split names the pairs in messages).
   """
   targets = [target_ids] if distilled_ids is None else [target_ids, distilled_ids]
   kept_src, kept_tgt, kept_distilled, counts = [], [], [], {'empty': 0, 'too_long': 0}
@@ -54,9 +55,13 @@ def prepare_pairs(source_ids, target_ids, max_length: int, distilled_ids=None):
       kept_src.append(s)
       kept_tgt.append(ts[0])
       kept_distilled.append(ts[-1])
+  if not kept_src:
+    raise FastmtError(f'no {split} pair can be used: of {len(source_ids)}, {counts["empty"]} have an empty side '
+                      f'and {counts["too_long"]} are longer than {max_length} tokens with EOS '
+                      '(config.model.max_length)')
   if counts['empty'] or counts['too_long']:
-    logging.warning('Skipped %d training pairs with an empty side and %d longer than %d tokens (of %d)',
-                    counts['empty'], counts['too_long'], max_length, len(source_ids))
+    logging.warning('Skipped %d %s pairs with an empty side and %d longer than %d tokens (of %d)',
+                    counts['empty'], split, counts['too_long'], max_length, len(source_ids))
   return kept_src, kept_tgt, (None if distilled_ids is None else kept_distilled), counts
 
 
@@ -74,6 +79,31 @@ def pad_batch(source_rows, target_rows, source_len: int, target_len: int) -> Bat
     target[i, :len(t)] = t
     target[i, len(t)] = EOS_ID
   return Batch(source, decoder_input, target)
+
+
+def validation_batches(source_ids, target_ids, bucket_lengths, tokens_per_batch: int,
+                       batch_multiple: int = 1) -> tuple[list[Batch], int]:
+  """Every pair exactly once, in length buckets, for the validation loss: (batches, repeated rows).
+
+  Unlike TrainBatches, a bucket's last batch is not filled up to the full row count with repeated pairs
+  (with few pairs in a bucket that counted some of them many times over); it keeps its own row count, rounded
+  up to a multiple of batch_multiple (the device count) with repeats of its first rows, which are returned
+  as a count. Each bucket still has at most two shapes to compile, the full and its last batch.
+  """
+  bucket_lengths = tuple(sorted(bucket_lengths))
+  lengths = [max(len(s), len(t)) + 1 for s, t in zip(source_ids, target_ids)]
+  buckets = np.array([bucket_for(n, bucket_lengths) for n in lengths], dtype=np.int64)
+  batches, repeated = [], 0
+  for b in bucket_lengths:
+    rows = np.flatnonzero(buckets == b)
+    size = max(batch_multiple, (tokens_per_batch // b) // batch_multiple * batch_multiple)
+    for start in range(0, len(rows), size):
+      chunk = rows[start:start + size]
+      extra = -len(chunk) % batch_multiple
+      repeated += extra
+      chunk = np.concatenate([chunk, chunk[:extra]]) if extra <= len(chunk) else np.resize(chunk, len(chunk) + extra)
+      batches.append(pad_batch([source_ids[i] for i in chunk], [target_ids[i] for i in chunk], b, b))
+  return batches, repeated
 
 
 class TrainBatches:

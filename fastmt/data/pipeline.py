@@ -69,10 +69,13 @@ def load_training_data(config, workdir: str, batch_multiple: int = 1) -> Trainin
   train_batches = batching.TrainBatches(src, tgt, buckets, config.tokens_per_batch, config.seed,
                                         batch_multiple, kept_distilled, config.dataset.get('p_raw', 0.0))
   val_src, val_tgt, _, _ = batching.prepare_pairs(tokenizer.encode(validation.sources),
-                                                  tokenizer.encode(validation.targets), max_length)
-  val_batches = batching.TrainBatches(val_src, val_tgt, buckets, config.tokens_per_batch, seed=0,
-                                      batch_multiple=batch_multiple)
-  validation_batches = [val_batches.batch(i) for i in range(val_batches.batches_per_epoch)]
+                                                  tokenizer.encode(validation.targets), max_length,
+                                                  split='validation')
+  validation_batches, repeated = batching.validation_batches(val_src, val_tgt, buckets, config.tokens_per_batch,
+                                                             batch_multiple)
+  if repeated:
+    logging.info('Validation: %d rows repeated to split the batches evenly over %d devices', repeated,
+                 batch_multiple)
   logging.info('Training pairs: %d in %d batches per epoch; validation pairs: %d', len(src),
                train_batches.batches_per_epoch, len(validation))
   return TrainingData(tokenizer, train_batches, validation, validation_batches, skipped)

@@ -147,11 +147,18 @@ def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sent
   if len(texts) > max_sentences:
     texts = random.Random(seed).sample(texts, max_sentences)
   model = io.BytesIO()
-  spm.SentencePieceTrainer.train(
-      sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size, model_type='unigram',
-      character_coverage=1.0, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
-      input_sentence_size=max_sentences, shuffle_input_sentence=False, num_threads=os.cpu_count() or 1,
-      user_defined_symbols=list(user_symbols), minloglevel=2)
+  if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+    raise FastmtError(f'config.vocab_size must be a whole number >= 1, got {vocab_size!r}')
+  try:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size, model_type='unigram',
+        character_coverage=1.0, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
+        input_sentence_size=max_sentences, shuffle_input_sentence=False, num_threads=os.cpu_count() or 1,
+        user_defined_symbols=list(user_symbols), minloglevel=2)
+  except RuntimeError as e:  # the corpus cannot give vocab_size pieces, or has more characters than that
+    reason = str(e).strip().splitlines()[-1]
+    raise FastmtError(f'cannot train a {vocab_size}-piece vocabulary on {len(texts)} training sentences: '
+                      f'{reason} (set config.vocab_size)') from None
   os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
   tmp_path = model_path + '.tmp'
   with open(tmp_path, 'wb') as f:
