@@ -185,9 +185,15 @@ def read_input(path: str, errors: str, counts: InputCounts | None = None) -> lis
   return list(iter_lines(path, errors, counts))
 
 
+# Every character str.splitlines() breaks a line at (\n, \r, \v, \f, \x1c-\x1e, NEL, U+2028, U+2029): a vocabulary
+# trained on text holding them can output them, and a reader that splits with splitlines() (or another tool
+# that honours them) would then see more lines than inputs.
+_LINE_BREAKS = {ord(c): ' ' for c in '\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029'}
+
+
 def one_line(text: str) -> str:
   """A translation never spans lines, whatever the detokeniser returns: output line i stays input line i's."""
-  return text.replace('\r', ' ').replace('\n', ' ')
+  return text.translate(_LINE_BREAKS)
 
 
 DRAFT_TABLE_FILE = 'bigram_draft.npy'

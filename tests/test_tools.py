@@ -162,3 +162,13 @@ def test_rebuilt_clusters_never_pair_old_metadata_with_new_arrays(tmp_path, monk
     clusters_lib.save_clusters(str(tmp_path), clusters, {'fingerprint': 'new'})
   with pytest.raises(MissingError, match='No clusters'):
     clusters_lib.load_clusters(str(tmp_path), None, None, None)
+
+
+def test_a_translation_is_one_line_for_every_reader():
+  """A vocabulary trained on text with NEL, U+2028 or a form feed can output them; str.splitlines() breaks a
+  line there, so a reader of decode.py's output that uses it saw more lines than inputs."""
+  from fastmt.decode_lib import one_line  # pylint: disable=g-import-not-at-top
+  assert one_line('a\nb\rc\x0bd\x0ce\x1cf\x1dg\x1eh\x85i\u2028j\u2029k') == 'a b c d e f g h i j k'
+  for code in range(0x110000):
+    if not 0xD800 <= code < 0xE000:  # surrogates are no characters of a decoded str
+      assert len(one_line(f'x{chr(code)}y').splitlines()) == 1, hex(code)
