@@ -42,7 +42,7 @@ def test_nll(workdir: str, split: str = 'test', tokens_per_batch: int = 4096) ->
                                config.num_train_steps)
   data = corpus.load_split(config.dataset, split)
   src, tgt, _, _ = batching.prepare_pairs(tokenizer.encode(data.sources), tokenizer.encode(data.targets),
-                                          model_config.max_length)
+                                          model_config.max_length, split=split)
   buckets = [b for b in config.bucket_lengths if b < model_config.max_length] + [model_config.max_length]
   batches, _ = batching.validation_batches(src, tgt, buckets, tokens_per_batch)  # every pair once
   model = models.Transformer(model_config)

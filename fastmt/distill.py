@@ -25,6 +25,7 @@ import time
 from absl import flags
 
 from fastmt import cli, workdir as workdir_lib
+from fastmt.decode_lib import one_line
 from fastmt.data import corpus
 from fastmt.data.distilled import (DISTILLED_FILE, MANIFEST_FILE, check_same_vocabulary, file_fingerprint,
                                    fingerprint, load_distilled_targets)  # noqa: F401 (re-exported)
@@ -75,8 +76,7 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
     while done < len(sources) and (max_chunks is None or chunks < max_chunks):
       chunk = sources[done:done + chunk_sentences]
       hypotheses, stats = translator.translate(chunk, batch_size)
-      # A translation never spans lines, whatever the detokeniser returns: line i stays source i's.
-      out.writelines(h.replace('\n', ' ').replace('\r', ' ') + '\n' for h in hypotheses)
+      out.writelines(one_line(h) + '\n' for h in hypotheses)  # line i stays source i's
       out.flush()
       os.fsync(out.fileno())
       done += len(chunk)

@@ -21,6 +21,7 @@ import optax
 import orbax.checkpoint as ocp
 import sacrebleu
 from flax.training import train_state
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from fastmt import models, objectives, progress as progress_lib, workdir as workdir_lib
@@ -279,34 +280,51 @@ def _warn_of_a_changed_corpus(workdir: str, config) -> None:
     return
   current = json.loads(config.to_json())  # tuples as lists, as the record holds them
   old, new = recorded.get('dataset') or {}, current.get('dataset') or {}
-  changed = [f'dataset.{k}' for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+  changed = [f'dataset.{k}' for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k != 'p_raw']
   changed += ['vocab_size'] if recorded.get('vocab_size') != current.get('vocab_size') else []
   if changed:
     logging.warning('%s resumes from its checkpoint with %s changed since its recorded config: it keeps its '
-                    'vocabulary (%s) and its steps so far; use a new --workdir (or init_from) for new data',
+                    'vocabulary (%s) and its steps so far (text in characters the vocabulary lacks trains as '
+                    '<unk>; a new --workdir with init_from starts afresh)',
                     workdir, ', '.join(changed), workdir_lib.TOKENIZER_FILE)
 
 
 def _restore_newest_readable(manager, state, workdir: str, max_to_keep):
-  """(state, manager) restored from the newest checkpoint step that reads. A step that does not (a damaged
-  file, an empty step directory) is renamed to STEP.unreadable, with a warning, and the one before is tried:
-  a resume loses the steps since that one instead of stopping with a traceback; the renamed directory is
-  left for inspection, out of the way of the step that training will save again under its number."""
+  """(state, manager) restored from the newest checkpoint step that reads.
+
+  A newer step that does not (a damaged file, an empty step directory) is set aside as STEP.unreadable, with a
+  warning, once an older one has read: a resume loses the steps since that one instead of stopping with a
+  traceback, and the set-aside directory stays for inspection, out of the way of the step that training will
+  save again under its number. If no step reads (an environment that cannot read any, not damage), nothing is
+  renamed and the newest step's error is reported.
+  """
+  failures = []  # (step, error) of the newer steps that did not read
   for step in sorted(manager.all_steps(), reverse=True):
     try:
-      return manager.restore(step, args=ocp.args.StandardRestore(state)), manager
+      restored = manager.restore(step, args=ocp.args.StandardRestore(state))
     except Exception as e:  # pylint: disable=broad-except  (orbax raises many kinds for a damaged step)
-      if jax.process_index() == 0:
-        directory = os.path.join(workdir, workdir_lib.CHECKPOINT_DIR, str(step))
+      failures.append((step, e))
+      manager.close()  # a manager that failed a restore fails the next one too: a fresh one per try
+      manager = workdir_lib.checkpoint_manager(workdir, max_to_keep)
+      continue
+    if not failures:
+      return restored, manager
+    manager.close()
+    if jax.process_index() == 0:
+      for bad, error in failures:
+        directory = os.path.join(workdir, workdir_lib.CHECKPOINT_DIR, str(bad))
         aside, n = f'{directory}.unreadable', 1
         while os.path.exists(aside):  # the same step failed before
           aside, n = f'{directory}.unreadable{n}', n + 1
         os.replace(directory, aside)
-      logging.warning('checkpoint step %d of %s cannot be read (%s: %.200s); set aside as %d.unreadable, '
-                      'trying the step before', step, workdir, type(e).__name__, e, step)
-      manager = workdir_lib.checkpoint_manager(workdir, max_to_keep)  # re-reads the steps on disk
-  raise FastmtError(f'no checkpoint of {workdir} can be read (each was renamed to STEP.unreadable); '
-                    'start again in a new --workdir')
+        logging.warning('checkpoint step %d of %s cannot be read (%s: %.200s); set aside as %s, resuming from '
+                        'step %d', bad, workdir, type(error).__name__, error, os.path.basename(aside), step)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices('fastmt: unreadable checkpoints set aside')
+    return restored, workdir_lib.checkpoint_manager(workdir, max_to_keep)  # re-reads the steps on disk
+  step, error = failures[0]
+  raise FastmtError(f'no checkpoint step of {workdir} can be read (the newest, {step}: {type(error).__name__}: '
+                    f'{str(error)[:200]}); nothing was renamed') from error
 
 
 def _initial_params(init_from: str, model_config: ModelConfig):

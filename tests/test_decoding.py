@@ -216,7 +216,7 @@ def _relabelled(step_fn, order):
   return user_step
 
 
-@pytest.mark.parametrize('seed', range(2))
+@pytest.mark.parametrize('seed', [0])  # one random model: 12 compiles of 6 decoders (~40 s on 2 cores)
 def test_every_decoder_takes_the_models_own_special_ids(seed):
   """The relabelled model, decoded with its own ids, gives the relabelled outputs of the original: token for
   token and call for call, for greedy, beam (K = 1 and 3) and every Jacobi variant."""
@@ -268,6 +268,7 @@ def test_decoders_on_a_t5_style_stub_start_from_pad_and_pad_after_eos():
 
 @pytest.mark.parametrize('ids, message', [
     (dict(eos_id=0, pad_id=0), 'must differ'),
+    (dict(eos_id=VOCAB), 'must be below the vocabulary size 16'),  # never predicted: every row to its cap
     (dict(eos_id=-1), 'eos_id must be a token id'),
     (dict(bos_id=True), 'bos_id must be a token id'),
     (dict(pad_id=2.0), 'pad_id must be a token id'),

@@ -119,8 +119,8 @@ def test_a_model_config_left_by_a_start_that_never_checkpointed_is_replaced(trai
 
 @pytest.mark.parametrize('damage', ['empty step directory', 'truncated files'])
 def test_a_damaged_latest_checkpoint_resumes_from_the_step_before(trained_workdir, tiny_config, tmp_path, damage):
-  """The latest step does not read: set aside (20.unreadable) and the run goes on from step 10, to the same
-  parameters as the uninterrupted run (it used to stop with orbax's traceback)."""
+  """The latest step does not read: set aside (20.unreadable) and the run goes on from the step before, to the
+  same parameters as the uninterrupted run (it used to stop with orbax's traceback)."""
   import shutil  # pylint: disable=g-import-not-at-top
   workdir = tmp_path / 'copy'
   shutil.copytree(trained_workdir, workdir)
@@ -134,7 +134,7 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_step_before(trained_workdi
       if path.is_file():
         path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 3])
   resumed = train_lib.train_and_evaluate(tiny_config, str(workdir))
-  assert (latest.parent / f'{latest.name}.unreadable').is_dir()
+  assert (latest.parent / f'{latest.name}.unreadable').is_dir() and (latest.parent / '10').is_dir()
   reference, _ = workdir_lib.restore_params(trained_workdir, workdir_lib.load_model_config(trained_workdir))
   jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.params, reference)
 
@@ -179,3 +179,19 @@ def test_resuming_with_another_corpus_warns_that_the_vocabulary_stays(trained_wo
   with caplog.at_level('WARNING'):
     train_lib.train_and_evaluate(other, str(workdir))
   assert 'with dataset.train_files, vocab_size changed since its recorded config' in caplog.text
+
+
+def test_when_no_checkpoint_reads_nothing_is_renamed(trained_workdir, tiny_config, tmp_path):
+  """An environment that cannot read any step (not damage) must not rename a run's every checkpoint."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'copy'
+  shutil.copytree(trained_workdir, workdir)
+  steps = workdir / workdir_lib.CHECKPOINT_DIR
+  names = sorted(p.name for p in steps.iterdir() if p.is_dir())
+  assert len(names) >= 2
+  for name in names:
+    shutil.rmtree(steps / name)
+    (steps / name).mkdir()
+  with pytest.raises(FastmtError, match='no checkpoint step of .* can be read .*nothing was renamed'):
+    train_lib.train_and_evaluate(tiny_config, str(workdir))
+  assert sorted(p.name for p in steps.iterdir() if p.is_dir()) == names

@@ -83,7 +83,7 @@ def pad_batch(source_rows, target_rows, source_len: int, target_len: int) -> Bat
 
 def validation_batches(source_ids, target_ids, bucket_lengths, tokens_per_batch: int,
                        batch_multiple: int = 1) -> tuple[list[Batch], int]:
-  """Every pair exactly once, in length buckets, for the validation loss: (batches, repeated rows).
+  """Every pair once (on one device), in length buckets, for the validation loss: (batches, repeated rows).
 
   Unlike TrainBatches, a bucket's last batch is not filled up to the full row count with repeated pairs
   (with few pairs in a bucket that counted some of them many times over); it keeps its own row count, rounded

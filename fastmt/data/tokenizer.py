@@ -156,7 +156,7 @@ def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sent
         input_sentence_size=max_sentences, shuffle_input_sentence=False, num_threads=os.cpu_count() or 1,
         user_defined_symbols=list(user_symbols), minloglevel=2)
   except RuntimeError as e:  # the corpus cannot give vocab_size pieces, or has more characters than that
-    reason = str(e).strip().splitlines()[-1]
+    reason = (str(e).strip().splitlines() or [type(e).__name__])[-1]
     raise FastmtError(f'cannot train a {vocab_size}-piece vocabulary on {len(texts)} training sentences: '
                       f'{reason} (set config.vocab_size)') from None
   os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)

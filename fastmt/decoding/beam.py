@@ -16,7 +16,8 @@ import jax.numpy as jnp
 
 from fastmt.decoding.greedy import DecodeOutput, row_limits
 from fastmt.decoding.step import (BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, cache_slots,
-                                  causal_window_mask, check_counts, check_special_ids, checked_step_output)
+                                  causal_window_mask, check_counts, check_special_ids, checked_step_output,
+                                  output_lengths)
 
 _LOW = -1e9  # score of an empty slot; finite so that sums and comparisons never make NaN
 
@@ -46,10 +47,10 @@ def _log_probs(logits: jax.Array) -> jax.Array:
   beam_size 1 stays greedy on such logits too (a float16 model can overflow). Elementwise, in the same pass.
   """
   logits = logits.astype(jnp.float32)
-  normaliser = jax.nn.logsumexp(logits, axis=-1, keepdims=True)  # NaN with a NaN logit, +inf with +inf
-  greedys = jnp.where(jnp.isnan(normaliser), jnp.isnan(logits),
-                      jnp.where(normaliser == jnp.inf, logits == jnp.inf, True))
-  return jnp.where(jnp.isfinite(normaliser), logits - normaliser, jnp.where(greedys, 0.0, -jnp.inf))
+  top = jnp.max(logits, axis=-1, keepdims=True)  # NaN with a NaN logit, +inf with +inf, -inf if all are
+  greedys = jnp.where(jnp.isnan(top), jnp.isnan(logits), jnp.where(top == jnp.inf, logits == jnp.inf, True))
+  # jax.nn.log_softmax itself where the row has a distribution: the same numbers as before the guard.
+  return jnp.where(jnp.isfinite(top), jax.nn.log_softmax(logits), jnp.where(greedys, 0.0, -jnp.inf))
 
 
 def _gather_beams(x, beam_indices):
@@ -129,7 +130,10 @@ def beam_search_top(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_si
   state = _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps, ids)
   scores, order = jax.lax.top_k(state.finished_scores, top)
   tokens = _gather_beams(state.finished_seqs, order)[:, :, 1:]
-  log_probs = scores * length_penalty((tokens != ids[2]).sum(-1), alpha)
+  # A hypothesis's length: up to its EOS, else its sentence's cap (a model may emit pad_id as a real token).
+  caps = row_limits(batch_size, max_length, row_caps)
+  lengths = jnp.minimum(output_lengths(tokens, ids[1]), caps[:, None])
+  log_probs = scores * length_penalty(lengths, alpha)
   return DecodeOutput(tokens, state.calls, state.step), log_probs
 
 
@@ -159,7 +163,7 @@ def _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps, 
     current = jax.lax.dynamic_slice_in_dim(state.live_seqs, state.step, 1, axis=2).reshape(n * k, 1)
     logits, cache = checked_step_output(
         step_fn(current, offsets[:, None], causal_window_mask(offsets, 1, cache_length), state.cache, offsets),
-        n * k, 1)
+        n * k, 1, ids)
     log_probs = _log_probs(logits[:, 0]).reshape(n, k, -1)  # [B, K, V]
     vocab = log_probs.shape[-1]
     candidates = (state.live_scores[:, :, None] + log_probs).reshape(n, k * vocab)

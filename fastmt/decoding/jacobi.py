@@ -131,7 +131,8 @@ def draft_window_mask(write_offsets: jax.Array, context: jax.Array, width: int, 
 def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, parallel_limit: int,
                  initializer: Initializer, caps: jax.Array, mask_id: int | None = None,
                  drafter: PrefixDrafter | None = None,
-                 draft_model: draft_model_lib.DraftModel | None = None, eos_id: int = EOS_ID) -> JacobiState:
+                 draft_model: draft_model_lib.DraftModel | None = None,
+                 ids: tuple[int, int, int] = (BOS_ID, EOS_ID, PAD_ID)) -> JacobiState:
   """Runs iterations with window `width` while some row is unfinished and below `parallel_limit`.
 
   mask_id (self-drafting; a model trained with the selfdraft objective): each call also carries W <mask>
@@ -146,7 +147,7 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
   commit, fastmt/decoding/draft_model.py). Drafts are guesses like any other: the commit rule keeps the
   output exact whatever they say.
   """
-  rows = state.tokens.shape[0]
+  rows, eos_id = state.tokens.shape[0], ids[1]
   cache_length = cache_slots(state.cache, rows)
   guesses_after = initializer(width)  # built here, once: the loop body only indexes into it
   kept = min(width, state.guess.shape[1])
@@ -171,11 +172,11 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
       logits, cache = checked_step_output(
           step_fn(jnp.concatenate([inputs, jnp.full_like(inputs, mask_id)], 1),
                   jnp.concatenate([positions, positions + context[:, None]], 1),
-                  draft_window_mask(n, context, width, cache_length), s.cache, n), rows, 2 * width)
+                  draft_window_mask(n, context, width, cache_length), s.cache, n), rows, 2 * width, ids)
       logits, draft_logits = logits[:, :width], logits[:, width:]
     else:
       logits, cache = checked_step_output(
-          step_fn(inputs, positions, causal_window_mask(n, width, cache_length), s.cache, n), rows, width)
+          step_fn(inputs, positions, causal_window_mask(n, width, cache_length), s.cache, n), rows, width, ids)
     predictions = best_tokens(logits)  # [B, W]: for outputs n .. n + W - 1
     accepted, done = commit(s.guess, predictions, n, caps, s.done, eos_id)
     committed = n + accepted
@@ -300,9 +301,10 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
   state = JacobiState(jnp.int32(0), tokens, zeros, first_guesses, caps <= 0, zeros, cache, trace, zeros > 0,
                       draft_cache)
   state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer, caps, mask_id, drafter,
-                       draft_model, eos_id)
+                       draft_model, (bos_id, eos_id, pad_id))
   if parallel_length < max_length:
-    state = _jacobi_loop(step_fn, state, 1, max_length, max_length, initializer, caps, eos_id=eos_id)
+    state = _jacobi_loop(step_fn, state, 1, max_length, max_length, initializer, caps,
+                         ids=(bos_id, eos_id, pad_id))
   outputs = state.tokens[:, 1:max_length + 1]
   outputs = jnp.where(jnp.arange(max_length)[None, :] < state.committed[:, None], outputs, pad_id)
   result = DecodeOutput(outputs, state.calls, state.iteration)

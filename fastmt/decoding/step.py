@@ -96,9 +96,11 @@ def cache_slots(cache: Any, rows: int) -> int:
   return next(iter(slots))
 
 
-def checked_step_output(output: Any, rows: int, width: int) -> tuple[jax.Array, Any]:
+def checked_step_output(output: Any, rows: int, width: int, ids: tuple[int, ...] = ()) -> tuple[jax.Array, Any]:
   """step_fn's (logits [rows, width, V], cache), its shape checked at trace time: logits of the last position
-  only ([B, V]) or (cache, logits) in the other order would otherwise decode garbage or fail deep inside."""
+  only ([B, V]) or (cache, logits) in the other order would otherwise decode garbage or fail deep inside.
+  ids: the decoder's special ids, which must lie in the vocabulary (an eos_id >= V is never predicted: every
+  row would run to its cap)."""
   if not isinstance(output, (tuple, list)) or len(output) != 2:
     raise ValueError(f'step_fn must return (logits, cache), got {type(output).__name__}')
   logits, cache = output
@@ -106,6 +108,9 @@ def checked_step_output(output: Any, rows: int, width: int) -> tuple[jax.Array, 
   if shape is None or len(shape) != 3 or tuple(shape[:2]) != (rows, width):
     raise ValueError(f'step_fn returned logits of shape {shape}; expected [rows, positions, vocab] with rows = '
                      f'{rows} and positions = {width}, first in the pair (logits, cache)')
+  if ids and max(ids) >= shape[-1]:
+    raise ValueError(f'special ids {ids} (bos_id, eos_id, pad_id) must be below the vocabulary size {shape[-1]} '
+                     'of the logits')
   return logits, cache
 
 
@@ -120,7 +125,7 @@ def check_special_ids(bos_id, eos_id, pad_id) -> tuple[int, int, int]:
   ids = {'bos_id': bos_id, 'eos_id': eos_id, 'pad_id': pad_id}
   for name, value in ids.items():
     if not is_whole_number(value) or value < 0:
-      raise ValueError(f'{name} must be a token id (an int >= 0), got {value!r}')
+      raise ValueError(f'{name} must be a token id (an int >= 0; static under jax.jit), got {value!r}')
   if eos_id == pad_id:
     raise ValueError(f'eos_id and pad_id must differ (both {eos_id}): pad_id fills the outputs after EOS; '
                      'give another id as pad_id (an unused one will do)')
