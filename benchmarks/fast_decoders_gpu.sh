@@ -2,7 +2,8 @@
 # The one-GPU run of issues [ib], [hrt] and [spec] side by side against one AT model (docs/BENCHMARKS.md,
 # section 10), within the 30 minutes of an H100 that a session is lent:
 #   1. the RoyalFlush teacher (configs/teacher.py, d384 E6D6) and its beam-4 distillation of the training split
-#      (benchmarks/royalflush.sh: 8 minutes), or a distillation exported by an earlier run (KD_FROM);
+#      (benchmarks/royalflush.sh: 8 minutes), or a distillation exported by an earlier run (KD_FROM), or none
+#      (KD_FROM=raw: every model on the training split's own targets, named *_raw: at_raw, ib_raw, ...);
 #   2. at once on the one GPU, STEPS each at the paper's 6-layer decoder (E6D6 d256): AT on the distilled
 #      targets, IB_ROWS (IBDecoder (2,1) and IB+SA (2,2), benchmarks/interleaved.sh) and the separate drafter of
 #      `--drafter model` (benchmarks/spec.sh's stage `model_train`); as soon as AT is done, two fine-tunings of it
@@ -10,33 +11,53 @@
 #      (benchmarks/spec.sh's stage `drafters`);
 #   3. with nothing else running, fastmt.bench on the test split, each method only on the models it is for (a
 #      bench's first pass compiles and decodes all 1,007 sentences per model and method: 25-70 s each on the
-#      H100), every speed-up against greedy in the same process: AT, HRT and the IB rows together at batch 1 and
-#      32; HRT at batch 8; the self-drafter against its own greedy; AT with the drafter model and n-grams.
+#      H100), every speed-up against greedy in the same process, the bars' figures first: AT, HRT and the IB
+#      rows together at batch 1 and 32 (TABLE_METHODS); the self-drafter against its own greedy (SPEC_METHODS);
+#      HRT at batch 8; AT with the drafter model and n-grams; then LATER_TABLE_METHODS and LATER_SPEC_METHODS,
+#      if set (methods left out of the first benches to keep them short, e.g. hrt:5:1, spec:2).
 # Everything the figures need lands in $RUNS/export (progress.txt, results.json and table.md of each bench,
 # histories, the distilled data with its vocabulary), small enough to copy off a lent machine.
 #
 #   nohup bash benchmarks/fast_decoders_gpu.sh > runs/gpu.out 2>&1 &
 #   KD_FROM=runs/gpu_h100 bash benchmarks/fast_decoders_gpu.sh   # an earlier run's export: no teacher, 8 min saved
 #   IB_ROWS= KD_FROM=runs/gpu_h100 bash benchmarks/fast_decoders_gpu.sh   # HRT and the drafters only
+#   # no distilled data: HRT and the self-drafter from a raw AT model, short benches (on an H200 the three
+#   # trainings alone took 5.7 minutes and the first bench did not finish within a 9-minute run)
+#   IB_ROWS= DRAFTER= KD_FROM=raw STEPS=1500 FT_STEPS=600 TABLE_METHODS=greedy,hrt LATER_TABLE_METHODS=greedy,hrt:5:1 \
+#     BENCH_FLAGS="--limit 300 --large_batch_sentences 300" bash benchmarks/fast_decoders_gpu.sh
 #   # a smoke run on a CPU (minutes; the figures mean nothing), given a finished distillation in RUNS/kd_en_de:
 #   FIRST_STAGES=none RUNS=runs/smoke STEPS=20 FT_STEPS=20 TOKENS=512 BENCH_FLAGS="--limit 16 \
 #     --speed_sentences 4 --large_batch_sentences 16 --repeats 1" bash benchmarks/fast_decoders_gpu.sh
+#   # (with KD_FROM=raw, no distillation is needed: PY=.venv/bin/python KD_FROM=raw IB_ROWS= DRAFTER= ...)
 #
 # On a bare lent machine, carry the wheels its image lacks and a copy of the prepared corpus (FASTMT_CACHE=DIR
 # holding tfds/), and keep XLA's GPU autotuning on (benchmarks/interleaved_gpu.sh's header says why).
 #
 # Environment: RUNS (default runs/gpu), TEACHER_STEPS (3000: section 4's teacher was best on validation at
 # 2,500), STEPS (2000 per row), FT_STEPS (800 per fine-tuning), TOKENS (8192 padded tokens per side per batch),
-# IB_ROWS (default "ib_kd:ib:kd ib_sa_kd:ib_sa:kd"; empty: none), KD_FROM (a directory holding an earlier run's
-# distilled.txt.gz, kd_manifest.json and kd_spm.model: used instead of a teacher), PY, EXTRA (more --config
-# overrides for every training run), BENCH_FLAGS (more flags for every fastmt.bench run), FIRST_STAGES
-# (royalflush.sh's stages to run first, default "teacher distill").
+# IB_ROWS (default "ib_kd:ib:kd ib_sa_kd:ib_sa:kd", with KD_FROM=raw "ib_raw:ib:raw ib_sa_raw:ib_sa:raw"; empty:
+# none), KD_FROM (a directory holding an earlier run's distilled.txt.gz, kd_manifest.json and kd_spm.model: used
+# instead of a teacher; raw: no teacher, no distillation, raw targets for every model), DRAFTER (default 1: train
+# and bench the separate drafter model; empty: not), PY, EXTRA (more --config overrides for every training run),
+# BENCH_FLAGS (more flags for every fastmt.bench run), FIRST_STAGES (royalflush.sh's stages to run first, default
+# "teacher distill"), TABLE_METHODS (default greedy,ib,hrt,hrt:5:1), SPEC_METHODS (the self-drafter's, default
+# greedy,spec:4), LATER_TABLE_METHODS and LATER_SPEC_METHODS (default none: one more bench each, after the others,
+# of AT and HRT / of the self-drafter).
 set -uo pipefail
 # Several processes share the GPU: none may take 75% of its memory up front.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 PY=${PY:-python3} RUNS=${RUNS:-runs/gpu}
 export TEACHER_STEPS=${TEACHER_STEPS:-3000} STEPS=${STEPS:-2000} TOKENS=${TOKENS:-8192}
 export DISTILL_BATCH=${DISTILL_BATCH:-512} SHAPE=e6d6 KD=$RUNS/kd_en_de
-FT_STEPS=${FT_STEPS:-800} IB_ROWS=${IB_ROWS-"ib_kd:ib:kd ib_sa_kd:ib_sa:kd"}
+FT_STEPS=${FT_STEPS:-800} DRAFTER=${DRAFTER-1}
+TABLE_METHODS=${TABLE_METHODS:-greedy,ib,hrt,hrt:5:1} SPEC_METHODS=${SPEC_METHODS:-greedy,spec:4}
+# Targets of every student (interleaved.sh's, hrt.sh's and spec.sh's names): distilled, or raw with KD_FROM=raw.
+if [[ ${KD_FROM:-} == raw ]]; then
+  T=raw HRT_T=raw IB_ROWS=${IB_ROWS-"ib_raw:ib:raw ib_sa_raw:ib_sa:raw"}
+else
+  T=kd HRT_T=mixed IB_ROWS=${IB_ROWS-"ib_kd:ib:kd ib_sa_kd:ib_sa:kd"}
+fi
+export TARGETS=$T  # spec.sh: the self-drafter's and the drafter model's targets
+AT_NAME=at_$T
 # Two training buckets; no BLEU during training (the bench scores every model at the end).
 export EXTRA="--config.bucket_lengths=(32,64) --config.eval_bleu_sentences=0 ${EXTRA:-}"
 X=$RUNS/export
@@ -45,7 +66,9 @@ log() { echo "[$(date +%T)] $*" >> "$X/progress.txt"; }
 log "start: teacher $TEACHER_STEPS steps (or ${KD_FROM:-no} KD_FROM), rows $STEPS steps, fine-tunings" \
   "$FT_STEPS steps, $TOKENS tokens, $SHAPE"
 
-if [[ -n ${KD_FROM:-} ]]; then
+if [[ $T == raw ]]; then
+  FIRST_STAGES=none
+elif [[ -n ${KD_FROM:-} ]]; then
   if [[ ! -f $KD/manifest.json ]]; then
     mkdir -p "$KD"
     gunzip -c "$KD_FROM/distilled.txt.gz" > "$KD/distilled.txt"
@@ -54,20 +77,22 @@ if [[ -n ${KD_FROM:-} ]]; then
   fi
   FIRST_STAGES=none
 fi
-STAGES=${FIRST_STAGES-"teacher distill"} bash benchmarks/royalflush.sh > "$RUNS/teacher_distill.log" 2>&1
-log "teacher+distill rc $?"
-if [[ ! -f $KD/manifest.json ]]; then log "no distilled targets in $KD: stopping"; log done; exit 1; fi
-gzip -c "$KD/distilled.txt" > "$X/distilled.txt.gz"
-cp "$KD/manifest.json" "$X/kd_manifest.json"
-cp "$KD/spm.model" "$X/kd_spm.model"
+if [[ $T == kd ]]; then
+  STAGES=${FIRST_STAGES-"teacher distill"} bash benchmarks/royalflush.sh > "$RUNS/teacher_distill.log" 2>&1
+  log "teacher+distill rc $?"
+  if [[ ! -f $KD/manifest.json ]]; then log "no distilled targets in $KD: stopping"; log done; exit 1; fi
+  gzip -c "$KD/distilled.txt" > "$X/distilled.txt.gz"
+  cp "$KD/manifest.json" "$X/kd_manifest.json"
+  cp "$KD/spm.model" "$X/kd_spm.model"
+fi
 
-# AT, then its two fine-tunings (they start from RUNS/at_kd_avg5).
-( ROWS=at_kd:at:kd STAGES=students bash benchmarks/interleaved.sh > "$RUNS/at_kd.log" 2>&1
-  log "at_kd rc $?"
-  if [[ -d $RUNS/at_kd_avg5 ]]; then
-    ( ROWS=hrt_k2:k2:mixed:ft AT=$RUNS/at_kd_avg5 STEPS=$FT_STEPS STAGES=students bash benchmarks/hrt.sh \
+# AT, then its two fine-tunings (they start from RUNS/AT_NAME_avg5).
+( ROWS=$AT_NAME:at:$T STAGES=students bash benchmarks/interleaved.sh > "$RUNS/$AT_NAME.log" 2>&1
+  log "$AT_NAME rc $?"
+  if [[ -d $RUNS/${AT_NAME}_avg5 ]]; then
+    ( ROWS=hrt_k2:k2:$HRT_T:ft AT=$RUNS/${AT_NAME}_avg5 STEPS=$FT_STEPS STAGES=students bash benchmarks/hrt.sh \
         > "$RUNS/hrt_k2.log" 2>&1; log "hrt_k2 rc $?" ) &
-    ( WIDTHS=4 AT=$RUNS/at_kd_avg5 STEPS=$FT_STEPS STAGES=drafters bash benchmarks/spec.sh \
+    ( WIDTHS=4 AT=$RUNS/${AT_NAME}_avg5 STEPS=$FT_STEPS STAGES=drafters bash benchmarks/spec.sh \
         > "$RUNS/selfdraft_w4.log" 2>&1; log "selfdraft_w4 rc $?" ) &
     wait
   fi ) &
@@ -75,13 +100,15 @@ for spec in $IB_ROWS; do
   ( ROWS=$spec STAGES=students bash benchmarks/interleaved.sh > "$RUNS/${spec%%:*}.log" 2>&1
     log "${spec%%:*} rc $?" ) &
 done
-( DRAFTER_STEPS=$STEPS STAGES=model_train bash benchmarks/spec.sh > "$RUNS/drafter_w3.log" 2>&1; log "drafter_w3 rc $?" ) &
+if [[ -n $DRAFTER ]]; then
+  ( DRAFTER_STEPS=$STEPS STAGES=model_train bash benchmarks/spec.sh > "$RUNS/drafter_w3.log" 2>&1; log "drafter_w3 rc $?" ) &
+fi
 wait
 log "all trained"
-for name in at_kd hrt_k2 selfdraft_w4 drafter_w3 $(for spec in $IB_ROWS; do echo "${spec%%:*}"; done); do
+for name in $AT_NAME hrt_k2 selfdraft_w4 drafter_w3 $(for spec in $IB_ROWS; do echo "${spec%%:*}"; done); do
   cp "$RUNS/$name/train_history.jsonl" "$X/$name.history.jsonl" 2>/dev/null
 done
-if [[ ! -d $RUNS/at_kd_avg5 ]]; then log "no table: AT did not finish (see $RUNS/at_kd.log)"; log done; exit 1; fi
+if [[ ! -d $RUNS/${AT_NAME}_avg5 ]]; then log "no table: AT did not finish (see $RUNS/$AT_NAME.log)"; log done; exit 1; fi
 
 bench() {  # bench NAME WORKDIR METHODS [FLAG ...]: one fastmt.bench process on the test split -> $X/NAME.*
   local name=$1 workdir=$2 methods=$3
@@ -97,22 +124,32 @@ with() {  # with NAME...: the comma-joined work directories of those that finish
   for name in "$@"; do if [[ -d $RUNS/${name}_avg5 ]]; then dirs+=("$RUNS/${name}_avg5"); fi; done
   (IFS=,; echo "${dirs[*]}")
 }
+AT_DIR=$RUNS/${AT_NAME}_avg5
 # 1. AT, HRT k=2 and the IB rows side by side against AT's greedy at batch 1 and 32 (the bench leaves out the
 #    methods a model cannot run: ib and hrt for AT, greedy for an IB model; HRT's greedy is its C_d = 1).
-bench table "$RUNS/at_kd_avg5" greedy,ib,hrt,hrt:5:1 --batch_size 32 --exactness_at_batch1=false \
+bench table "$AT_DIR" "$TABLE_METHODS" --batch_size 32 --exactness_at_batch1=false \
   --compare "$(with hrt_k2 $(for spec in $IB_ROWS; do echo "${spec%%:*}"; done))"
-# 2. HRT's third batch size (its bar: >= 1.5x AT at batch 1, 8 and 32).
+# 2. Exact speculative decoding with the self-drafter against its own greedy, identical outputs counted at
+#    batch 1 and 32.
+if [[ -d $RUNS/selfdraft_w4_avg5 ]]; then
+  bench spec_self "$RUNS/selfdraft_w4_avg5" "$SPEC_METHODS" --batch_size 32
+fi
+# 3. HRT's third batch size (its bar: >= 1.5x AT at batch 1, 8 and 32).
 if [[ -d $RUNS/hrt_k2_avg5 ]]; then
-  bench table_b8 "$RUNS/at_kd_avg5" greedy,hrt --batch_size 8 --speed_sentences 0 --exactness_at_batch1=false \
+  bench table_b8 "$AT_DIR" greedy,hrt --batch_size 8 --speed_sentences 0 --exactness_at_batch1=false \
     --compare "$RUNS/hrt_k2_avg5"
 fi
-# 3. Exact speculative decoding, each against the verifier's own greedy, identical outputs counted at batch 1
-#    and 32: AT with the drafter model and with n-grams; the self-drafter.
+# 4. AT with the drafter model and with n-grams, against AT's greedy, identical outputs counted at batch 1 and 32.
 if [[ -d $RUNS/drafter_w3_avg5 ]]; then
-  bench spec_model "$RUNS/at_kd_avg5" greedy,spec:2+model,spec:3+model,spec:3+ngram --batch_size 32 \
+  bench spec_model "$AT_DIR" greedy,spec:2+model,spec:3+model,spec:3+ngram --batch_size 32 \
     --drafter_workdir "$RUNS/drafter_w3_avg5"
 fi
-if [[ -d $RUNS/selfdraft_w4_avg5 ]]; then
-  bench spec_self "$RUNS/selfdraft_w4_avg5" greedy,spec:4 --batch_size 32
+# 5. What the first benches left out to stay short.
+if [[ -n ${LATER_TABLE_METHODS:-} && -d $RUNS/hrt_k2_avg5 ]]; then
+  bench table_later "$AT_DIR" "$LATER_TABLE_METHODS" --batch_size 32 --exactness_at_batch1=false \
+    --compare "$RUNS/hrt_k2_avg5"
+fi
+if [[ -n ${LATER_SPEC_METHODS:-} && -d $RUNS/selfdraft_w4_avg5 ]]; then
+  bench spec_later "$RUNS/selfdraft_w4_avg5" "$LATER_SPEC_METHODS" --batch_size 32
 fi
 log done

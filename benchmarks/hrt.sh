@@ -29,7 +29,8 @@ SHAPE=${SHAPE:-quickstart}
 EXTRA=${EXTRA:-}
 BENCH_FLAGS=${BENCH_FLAGS:-}
 STAGES=${STAGES:-at distill students eval}
-# name:config argument:targets (mixed = raw with probability 0.5, else distilled; kd = distilled only):init
+# name:config argument:targets (mixed = raw with probability 0.5, else distilled; kd = distilled only; raw = the
+# training split's own targets, no KD needed):init
 # (ft = fine-tuned from AT, scratch = random initialisation)
 ROWS=${ROWS:-hrt_k2:k2:mixed:ft hrt_k3:k3:mixed:ft hrt_k4:k4:mixed:ft hrt_k2_no_curriculum:k2,nocl:mixed:ft \
 hrt_k2_no_mixed:k2:kd:ft hrt_k2_no_finetuning:k2:mixed:scratch}
@@ -50,6 +51,7 @@ train_row() {  # train_row NAME CONFIG_ARG TARGETS INIT
   case $targets in
     mixed) flags+=(--config.dataset.distilled_dir="$KD" --config.dataset.p_raw=0.5) ;;
     kd) flags+=(--config.dataset.distilled_dir="$KD" --config.dataset.p_raw=0.0) ;;
+    raw) ;;
     *) echo "unknown targets '$targets' for $name" >&2; return 2 ;;
   esac
   case $init in

@@ -20,7 +20,8 @@
 # targets; default RUNS/kd_en_de, distilled by AT with beam KD_BEAM if missing: default 4; 1 = AT's own greedy
 # outputs, self-distillation, so that the mask slots learn the tokens the verifier will accept), WIDTHS (draft blocks to train, default
 # "4"), SHAPE (the self-drafter's: quickstart | e6d6 | e6d1 | e12d1, AT's shape), STEPS (per row; 0 = the
-# config's), TOKENS, METHODS (bench methods), EXTRA, PY, BENCH_FLAGS.
+# config's), TOKENS, METHODS (bench methods), EXTRA, PY, BENCH_FLAGS, TARGETS (kd: KD's distilled targets, the
+# default; raw: the training split's own targets for the self-drafters and the drafter model, no distillation).
 set -euo pipefail
 # shellcheck source=benchmarks/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -41,8 +42,15 @@ DRAFTER_METHODS=${DRAFTER_METHODS:-greedy,spec:2+model,spec:3+model,spec:4+model
 METHODS=${METHODS:-greedy,pgj:3+bigram,spec:2,spec:3,spec:4,spec:4+bigram,spec:2+ngram}
 mkdir -p "$RUNS"
 
+TARGETS=${TARGETS:-kd}
+case $TARGETS in
+  kd) TARGET_FLAGS=(--config.dataset.distilled_dir="$KD" --config.dataset.p_raw=0.0) ;;
+  raw) TARGET_FLAGS=() ;;
+  *) echo "unknown TARGETS '$TARGETS': kd or raw" >&2; exit 2 ;;
+esac
+
 KD_BEAM=${KD_BEAM:-4}
-if has_stage distill && [[ ! -f $KD/manifest.json || $($PY -c "import json; m=json.load(open('$KD/manifest.json')); print(int(m['done'] == m['sources']))") != 1 ]]; then
+if [[ $TARGETS == kd ]] && has_stage distill && [[ ! -f $KD/manifest.json || $($PY -c "import json; m=json.load(open('$KD/manifest.json')); print(int(m['done'] == m['sources']))") != 1 ]]; then
   $PY -m fastmt.distill --teacher "$AT" --output_dir "$KD" --beam_size "$KD_BEAM" --batch_size 32
 fi
 # A finished distillation is reused as it is (another teacher's too), but never one of another beam size:
@@ -63,7 +71,7 @@ if has_stage drafters; then
     start=$(date +%s)
     # shellcheck disable=SC2046
     $PY train.py --config "configs/selfdraft.py:w$width$shape" --workdir "$RUNS/$name" --config.init_from="$AT" \
-      --config.dataset.distilled_dir="$KD" --config.dataset.p_raw=0.0 $(training_flags "$STEPS")
+      ${TARGET_FLAGS[@]+"${TARGET_FLAGS[@]}"} $(training_flags "$STEPS")
     echo "$name: $(( $(date +%s) - start )) s of fine-tuning" | tee -a "$RUNS/training_seconds.txt"
     $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
     mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
@@ -85,7 +93,7 @@ if has_stage model || has_stage model_train; then
     start=$(date +%s)
     # shellcheck disable=SC2046
     $PY train.py --config "configs/selfdraft.py:w$DRAFTER_W,drafter" --workdir "$RUNS/$name" \
-      --config.dataset.distilled_dir="$KD" --config.dataset.p_raw=0.0 $(training_flags "$DRAFTER_STEPS")
+      ${TARGET_FLAGS[@]+"${TARGET_FLAGS[@]}"} $(training_flags "$DRAFTER_STEPS")
     echo "$name: $(( $(date +%s) - start )) s of training" | tee -a "$RUNS/training_seconds.txt"
     $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
     mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
