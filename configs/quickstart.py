@@ -25,6 +25,9 @@ def get_config():
   config.dataset.test_files = ('', '')
   # For name='tfds:...': swap the builder's supervised keys (e.g. translate de->en with a de-en builder).
   config.dataset.reverse = False
+  # The split to train on: 'train', or for the Bible and tfds datasets a slice of it such as 'train[:8000]'
+  # (the first 8,000 pairs) for a quicker run; the vocabulary is learned from the same pairs.
+  config.dataset.train_split = 'train'
   # Sequence-level distillation (python -m fastmt.distill): a directory of teacher translations of the
   # training sources ('' = train on the raw targets). With it, each drawn pair takes its raw target with
   # probability p_raw and the teacher's otherwise (0 = distilled only, 0.5 = HRT's mixed distillation).

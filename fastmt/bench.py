@@ -195,8 +195,9 @@ def build_comparison(workdir: str, compare_workdirs, methods=DEFAULT_METHODS, ch
 
 
 def _comparable(dataset: dict) -> dict:
-  """The dataset settings that decide which sentences a split holds (not the training-only ones)."""
-  return {k: v for k, v in dataset.items() if k not in ('distilled_dir', 'p_raw', 'data_dir')}
+  """The dataset settings that decide which sentences the test split holds (not the training-only ones: a model
+  trained on part of the training split, or on distilled targets, is scored on the same test sentences)."""
+  return {k: v for k, v in dataset.items() if k not in ('distilled_dir', 'p_raw', 'data_dir', 'train_split')}
 
 
 def measure(translators: dict, sources, references=None, batch_size: int = 32, speed_sentences: int = 100,

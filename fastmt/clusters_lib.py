@@ -169,7 +169,8 @@ def main(argv):
     if FLAGS.tag_inputs:
       sources = corpus.tag_sources(sources, FLAGS.direction)
   else:
-    train = corpus.load_split(workdir_lib.load_train_config(FLAGS.workdir).dataset, 'train')
+    dataset = workdir_lib.load_train_config(FLAGS.workdir).dataset
+    train = corpus.load_split(dataset, corpus.training_split(dataset))
     sources = (train.select(FLAGS.direction) if train.directions is not None else train).sources
   build_for_workdir(FLAGS.workdir, FLAGS.direction, sources[:FLAGS.max_sentences], FLAGS.num_clusters, FLAGS.top_k,
                     checkpoint=FLAGS.checkpoint)

@@ -209,7 +209,7 @@ def load_draft_table(workdir: str) -> np.ndarray:
     return np.load(path)
   config = workdir_lib.load_train_config(workdir)
   tokenizer = workdir_lib.load_tokenizer(workdir)
-  targets = corpus.load_split(config.dataset, 'train').targets
+  targets = corpus.load_split(config.dataset, corpus.training_split(config.dataset)).targets
   table = drafts.bigram_table(tokenizer.encode(targets), tokenizer.vocab_size)
   np.save(path + '.tmp.npy', table)
   os.replace(path + '.tmp.npy', path)

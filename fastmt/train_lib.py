@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from fastmt import models, objectives, progress as progress_lib, workdir as workdir_lib
 from fastmt.config import ModelConfig
 from fastmt.errors import FastmtError
-from fastmt.data import pipeline
+from fastmt.data import corpus, pipeline
 from fastmt.data.tokenizer import PAD_ID
 from fastmt.decoding import registry
 from fastmt.decoding.step import is_whole_number
@@ -262,6 +262,7 @@ def check_training_settings(config) -> None:
     if not is_whole_number(value) or value < 1:
       why = ' (the inverse-square-root decay is measured from it)' if name == 'warmup_steps' else ''
       raise FastmtError(f'config.{name} must be a whole number >= 1, got {value!r}{why}')
+  corpus.training_split(config.dataset)  # a split reaching into validation or test is refused here
 
 
 def _warn_of_a_changed_corpus(workdir: str, config) -> None:
@@ -280,6 +281,7 @@ def _warn_of_a_changed_corpus(workdir: str, config) -> None:
     return
   current = json.loads(config.to_json())  # tuples as lists, as the record holds them
   old, new = recorded.get('dataset') or {}, current.get('dataset') or {}
+  old.setdefault('train_split', 'train')  # recorded before the field existed: the whole split
   changed = [f'dataset.{k}' for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k != 'p_raw']
   changed += ['vocab_size'] if recorded.get('vocab_size') != current.get('vocab_size') else []
   if changed:

@@ -79,6 +79,23 @@ def test_a_multilingual_dataset_tags_sources_and_keeps_each_pair_in_order(synthe
   assert '<2fr>' in tokenizer.pieces(tokenizer.encode(['<2fr> book'])[0])  # one piece, never split
 
 
+def test_a_model_trains_on_the_split_or_a_slice_of_it_and_never_on_what_it_is_scored_on(synthetic_db, tmp_path,
+                                                                                       monkeypatch):
+  monkeypatch.setattr(bible, 'fetch_database', lambda directory=None: synthetic_db)
+  dataset = ml_collections.ConfigDict({'name': 'bible/en_de', 'data_dir': str(tmp_path)})
+  assert corpus.training_split(dataset) == 'train'  # a config from before the field: the whole split
+  dataset.train_split = 'train[:3]'
+  part = corpus.load_split(dataset, corpus.training_split(dataset))
+  assert part.sources == corpus.load_split(dataset, 'train').sources[:3]
+  for leak in ('test', 'validation', 'train+validation', 'test[:3]', 'train+test[:1]'):
+    dataset.train_split = leak
+    with pytest.raises(FastmtError, match='must be the training split or a slice of it'):
+      corpus.training_split(dataset)
+  text = ml_collections.ConfigDict({'name': 'text', 'train_split': 'train[:3]'})
+  with pytest.raises(FastmtError, match="name='text' reads whole files"):
+    corpus.training_split(text)
+
+
 def test_read_lines_names_the_bad_line(tmp_path):
   path = tmp_path / 'bad.txt'
   path.write_bytes(b'good\n\nbad \xff byte\n')

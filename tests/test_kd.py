@@ -197,6 +197,13 @@ def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(train
   from fastmt import bench  # pylint: disable=g-import-not-at-top
   twin = str(tmp_path / 'twin')
   shutil.copytree(trained_workdir, twin)
+  recorded = json.loads(open(os.path.join(twin, workdir_lib.TRAIN_CONFIG_FILE)).read())
+  del recorded['dataset']['train_split']  # a work directory from before the field: trained on the whole split
+  with open(os.path.join(twin, workdir_lib.TRAIN_CONFIG_FILE), 'w') as f:
+    json.dump(recorded, f)
+  # a model trained on part of the training split is scored on the same test sentences
+  assert bench._comparable({'name': 'bible/en_de', 'train_split': 'train[:6000]'}) == bench._comparable(
+      {'name': 'bible/en_de', 'train_split': 'train'})
   sources = corpus.read_lines(str(DATA / 'genesis.en'))[:4]
   references = corpus.read_lines(str(DATA / 'genesis.de'))[:4]
   results, environment, hypotheses = bench.run_benchmark(

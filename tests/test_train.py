@@ -150,6 +150,14 @@ def test_training_counts_are_checked_before_anything_is_written(tiny_config, tmp
   assert not (tmp_path / 'run').exists()
 
 
+def test_a_training_split_reaching_into_the_test_set_is_refused_before_anything_is_written(tiny_config, tmp_path):
+  bad = tiny_config.copy_and_resolve_references()
+  bad.dataset.train_split = 'test'
+  with pytest.raises(FastmtError, match='dataset.train_split must be the training split'):
+    train_lib.train_and_evaluate(bad, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+
+
 def test_a_work_directory_that_is_a_file_is_one_clear_error(tiny_config, tmp_path):
   (tmp_path / 'afile').write_text('x')
   for workdir in (tmp_path / 'afile', tmp_path / 'afile' / 'sub'):

@@ -147,6 +147,21 @@ def load_split(dataset_config, split: str) -> ParallelText:
   raise FastmtError(f"Unknown dataset.name {name!r}: expected 'bible/<pair>', 'text' or 'tfds:<builder>'")
 
 
+def training_split(dataset_config) -> str:
+  """The split a model trains on: config.dataset.train_split, 'train' or a tfds slice of it ('train[:8000]',
+  'train[:10%]') for a quicker run on part of the data. Its vocabulary, bigram drafts and clusters come from the
+  same part. Anything that reaches into validation or test is refused: those are what the model is scored on."""
+  split = dataset_config.get('train_split', 'train') or 'train'
+  slices = split.split('+')
+  if not all(part.split('[')[0].strip() == 'train' for part in slices):
+    raise FastmtError(f'dataset.train_split must be the training split or a slice of it, e.g. \'train\' or '
+                      f"'train[:8000]'; got {split!r}")
+  if split != 'train' and dataset_config.name == 'text':
+    raise FastmtError(f"dataset.train_split {split!r}: name='text' reads whole files; slices are for the Bible "
+                      "and tfds datasets (cut the files instead)")
+  return split
+
+
 def _load_text_files(dataset_config, split: str) -> ParallelText:
   """A split of dataset.name='text': dataset.<split>_files = (source_path, target_path), aligned line by line."""
   files = dataset_config.get(f'{split}_files')

@@ -56,7 +56,7 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
 
 
 def load_training_data(config, workdir: str, batch_multiple: int = 1) -> TrainingData:
-  train = corpus.load_split(config.dataset, 'train')
+  train = corpus.load_split(config.dataset, corpus.training_split(config.dataset))
   validation = corpus.load_split(config.dataset, 'validation')
   tokenizer = get_tokenizer(config, workdir, train)
   max_length = config.model.max_length
