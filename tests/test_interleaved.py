@@ -272,6 +272,7 @@ def interleaved_workdir(tmp_path_factory, tiny_config):
   return workdir, config
 
 
+@pytest.mark.xdist_group('interleaved_model')  # one worker trains the module's model (--dist loadgroup)
 def test_trained_interleaved_model_translates_with_ib_and_refuses_other_algorithms(interleaved_workdir,
                                                                                    trained_workdir):
   import fastmt  # pylint: disable=g-import-not-at-top
@@ -296,6 +297,7 @@ def test_trained_interleaved_model_translates_with_ib_and_refuses_other_algorith
     fastmt.load(trained_workdir).translate(texts, algorithm='ib')
 
 
+@pytest.mark.xdist_group('interleaved_model')  # one worker trains the module's model (--dist loadgroup)
 def test_resuming_with_another_factorisation_is_an_error(interleaved_workdir):
   import ml_collections  # pylint: disable=g-import-not-at-top
   from fastmt import train_lib  # pylint: disable=g-import-not-at-top

@@ -13,6 +13,10 @@ from conftest import DATA, REPO
 from fastmt import api, clusters_lib, train_lib
 
 
+# One worker runs both tests under `make test` (--dist loadgroup): the 8-device subprocess, minutes on 2 cores, once.
+pytestmark = pytest.mark.xdist_group('eight_devices')
+
+
 @pytest.fixture(scope='module')
 def eight_devices(trained_workdir, tmp_path_factory):
   out = tmp_path_factory.mktemp('multidevice')
