@@ -2,8 +2,8 @@
 #   make demo   train the quickstart model on the built-in Bible corpus, translate the test set with every
 #               method, print the table (about 45 minutes on 2 CPU cores: 27 to train, the rest to decode)
 #   make test   run the test suite (CPU only, no downloads; one pytest worker per CPU, at most 8 so that a big
-#               machine's memory is not split too thin, since compiling is single-threaded: about 15 minutes
-#               on 2 cores, 21 in one process)
+#               machine's memory is not split too thin, since compiling is single-threaded: 25 minutes on
+#               the 2 slow cores of 2026-11-25)
 #               --dist loadgroup: the tests of one xdist_group share a worker, so a module fixture that
 #               trains a model (test_multidevice's subprocess on 8 devices) runs once, not once per worker
 #   make notebooks   execute every notebook top to bottom with its small settings (CI runs it after the tests;
@@ -32,6 +32,11 @@ demo: setup
 	$(PY) train.py --config configs/quickstart.py --workdir $(WORKDIR) $(TRAIN_FLAGS)
 	$(PY) -m fastmt.bench --workdir $(WORKDIR) --split test --exactness_at_batch1=false \
 	    --large_batch_sentences 128 --output_dir $(WORKDIR)/bench $(BENCH_FLAGS)
+
+# jax's persistent compilation cache for the tests and notebooks: they compile the same programs (the same model,
+# decoder and shapes) in many processes and tests, and on 2 CPU cores compiling is much of their time. A program
+# is only reused where its computation, shapes, options and jax version are the same; runs/ is not committed.
+test notebooks: export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/runs/xla_cache
 
 test: setup
 	$(PY) -m pytest -n logical --maxprocesses 8 --dist loadgroup tests
