@@ -197,7 +197,8 @@ def test_bench_times_other_models_side_by_side_and_refuses_another_dataset(train
   from fastmt import bench  # pylint: disable=g-import-not-at-top
   twin = str(tmp_path / 'twin')
   shutil.copytree(trained_workdir, twin)
-  recorded = json.loads(open(os.path.join(twin, workdir_lib.TRAIN_CONFIG_FILE)).read())
+  with open(os.path.join(twin, workdir_lib.TRAIN_CONFIG_FILE)) as f:
+    recorded = json.load(f)
   del recorded['dataset']['train_split']  # a work directory from before the field: trained on the whole split
   with open(os.path.join(twin, workdir_lib.TRAIN_CONFIG_FILE), 'w') as f:
     json.dump(recorded, f)
