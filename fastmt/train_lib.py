@@ -153,11 +153,13 @@ def validation_bleu(params, model_config, tokenizer, validation, num_sentences: 
   return sacrebleu.corpus_bleu(hypotheses, [references]).score
 
 
-def _metric_writer(workdir):
+def _metric_writer(workdir, start_step: int):
+  """TensorBoard events; those past start_step, left by a run killed after its last checkpoint, are dropped
+  (the resumed run logs those steps again)."""
   if jax.process_index() != 0:
     return None
   from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-  return SummaryWriter(os.path.join(workdir, 'tensorboard'))
+  return SummaryWriter(os.path.join(workdir, 'tensorboard'), purge_step=start_step + 1)
 
 
 def train_and_evaluate(config, workdir: str) -> TrainState:
@@ -174,6 +176,12 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     os.makedirs(workdir, exist_ok=True)
   except (FileExistsError, NotADirectoryError) as e:
     raise FastmtError(f'cannot make the work directory {workdir}: {e.strerror} ({e.filename})') from None
+  with workdir_lib.training_lock(workdir):
+    return _train_in(config, workdir, objective_name, objective_options)
+
+
+def _train_in(config, workdir: str, objective_name: str, objective_options) -> TrainState:
+  """train_and_evaluate's run, once the settings are checked and the work directory is this run's alone."""
   mesh = jax.make_mesh((jax.device_count(),), ('data',), axis_types=(jax.sharding.AxisType.Auto,))
   data_sharding = NamedSharding(mesh, P('data'))
   replicated = NamedSharding(mesh, P())
@@ -198,6 +206,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     state = state.replace(params=jax.device_put(_initial_params(config.init_from, model_config), replicated))
     print(f'Fine-tuning from {config.init_from}', file=sys.stderr)
   start_step = int(state.step)
+  _forget_history_after(workdir, start_step)
 
   jit_train_step = jax.jit(functools.partial(train_step, label_smoothing=config.label_smoothing,
                                              objective_fn=objective_fn), donate_argnums=(0,))
@@ -209,7 +218,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     return {k: jax.make_array_from_process_local_data(data_sharding, rows_per_process(v))
             for k, v in arrays.items()}
 
-  writer = _metric_writer(workdir)
+  writer = _metric_writer(workdir, start_step)
   progress = progress_lib.progress(total=config.num_train_steps, initial=start_step, unit='step', desc='train',
                                   disable=jax.process_index() != 0)
   window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'steps': 0, 'start': time.perf_counter()}
@@ -368,6 +377,29 @@ def _validation_metrics(params, step, jit_eval_step, data, to_device, model_conf
     metrics['valid_bleu'] = validation_bleu(params, model_config, data.tokenizer, data.validation,
                                             config.eval_bleu_sentences, *objective)
   return metrics
+
+
+def _forget_history_after(workdir, step: int):
+  """Drops the history's records past `step`, the checkpoint a run resumes from (or 0 for a fresh start): a
+  run killed after its last checkpoint logged steps that the resumed run takes, and logs, again."""
+  path = os.path.join(workdir, 'train_history.jsonl')
+  if jax.process_index() != 0 or not os.path.exists(path):
+    return
+  with open(path) as f:
+    lines = f.readlines()
+  kept = [line for line in lines if _logged_step(line) <= step]
+  if len(kept) < len(lines):
+    with open(path + '.tmp', 'w') as f:
+      f.writelines(kept)
+    os.replace(path + '.tmp', path)
+
+
+def _logged_step(line: str) -> float:
+  """A history line's step; a line that does not parse (a write cut short by the kill) counts as past every step."""
+  try:
+    return json.loads(line)['step']
+  except (json.JSONDecodeError, KeyError, TypeError):
+    return float('inf')
 
 
 def _append_history(workdir, record):

@@ -7,15 +7,18 @@ A work directory holds:
   spm.model           the SentencePiece vocabulary
   checkpoints/        orbax steps (the newest few; what resuming reads)
   best_checkpoint/    optional: the step with the best validation BLEU (config.keep_best_checkpoint)
+  train.lock          held by the train.py run that is writing the directory (an OS file lock, gone with it)
 
 Inference (fastmt.load, decode.py, bench, distill, clusters) imports this module, never fastmt.train_lib.
 """
 
+import contextlib
 import json
 import os
 
 import jax
 import jax.numpy as jnp
+import filelock
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -30,6 +33,7 @@ OBJECTIVE_FILE = 'objective.json'
 TOKENIZER_FILE = 'spm.model'
 CHECKPOINT_DIR = 'checkpoints'
 BEST_CHECKPOINT_DIR = 'best_checkpoint'
+TRAINING_LOCK_FILE = 'train.lock'
 DEFAULT_OBJECTIVE = 'at'  # what every work directory trained before objectives were recorded used
 
 
@@ -122,6 +126,27 @@ def save_objective(workdir: str, objective: str, options: dict | None = None) ->
     record = {'objective': objective, **({'options': options} if options else {})}
     with open(path, 'w') as f:
       json.dump(record, f, indent=2, sort_keys=True)
+
+
+@contextlib.contextmanager
+def training_lock(workdir: str):
+  """Holds workdir's training lock for the block; a second training run in the same directory is a
+  FastmtError at once. Two runs would interleave their checkpoints and history and each resume from the
+  other's steps. The lock is the operating system's (flock), so a killed run never leaves it held. Multi-host:
+  process 0 alone takes it, since the hosts of one run may share the directory."""
+  if jax.process_index() != 0:
+    yield
+    return
+  lock = filelock.FileLock(os.path.join(workdir, TRAINING_LOCK_FILE), blocking=False)
+  try:
+    lock.acquire()
+  except filelock.Timeout:
+    raise FastmtError(f'another training run is writing {workdir} (it holds {lock.lock_file}): wait for it to '
+                      'end or stop it, or give this run another --workdir') from None
+  try:
+    yield
+  finally:
+    lock.release()
 
 
 def checkpoint_manager(workdir: str, max_to_keep: int | None = None, best: bool = False) -> ocp.CheckpointManager:

@@ -3,6 +3,8 @@ parameters, and workdirs from another config fail with one clear error."""
 
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -54,23 +56,69 @@ class Crash(Exception):
   pass
 
 
-def test_a_crashed_run_resumes_to_the_same_parameters(trained_workdir, tiny_config, tmp_path, monkeypatch):
-  """Die after step 12 (checkpoint at 10), restart: same final parameters as the uninterrupted run."""
+def _crash_at(step: int, config, workdir: str, monkeypatch):
+  """Trains config in workdir until the batch of `step` is asked for, then dies as a killed run would."""
   original = batching.TrainBatches.batch
 
-  def dying_batch(self, step):
-    if step == 12:
+  def dying_batch(self, s):
+    if s == step:
       raise Crash()
-    return original(self, step)
+    return original(self, s)
 
-  monkeypatch.setattr(batching.TrainBatches, 'batch', dying_batch)
-  with pytest.raises(Crash):
-    train_lib.train_and_evaluate(tiny_config, str(tmp_path))
-  monkeypatch.setattr(batching.TrainBatches, 'batch', original)
+  with monkeypatch.context() as patch:
+    patch.setattr(batching.TrainBatches, 'batch', dying_batch)
+    with pytest.raises(Crash):
+      train_lib.train_and_evaluate(config, workdir)
+
+
+def test_a_crashed_run_resumes_to_the_same_parameters(trained_workdir, tiny_config, tmp_path, monkeypatch):
+  """Die after step 12 (checkpoint at 10), restart: same final parameters as the uninterrupted run."""
+  _crash_at(12, tiny_config, str(tmp_path), monkeypatch)
   resumed = train_lib.train_and_evaluate(tiny_config, str(tmp_path))
   model_config = workdir_lib.load_model_config(trained_workdir)
   reference, _ = workdir_lib.restore_params(trained_workdir, model_config)
   jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.params, reference)
+
+
+def test_a_resumed_run_logs_each_step_once(trained_workdir, tiny_config, tmp_path, monkeypatch):
+  """Checkpoints every 10 steps, killed at step 17 after logging step 15: the resumed run takes steps 11-20
+  again, and the history keeps the steps it had logged before step 10 and the resumed run's, each once."""
+  config = tiny_config.copy_and_resolve_references()
+  config.checkpoint_every_steps = 10
+  _crash_at(17, config, str(tmp_path), monkeypatch)
+  assert [h['step'] for h in _history(str(tmp_path))][-1] == 15
+  with open(tmp_path / 'train_history.jsonl', 'a') as f:
+    f.write('{"step": 16, "train_lo')  # a line cut short by the kill
+  train_lib.train_and_evaluate(config, str(tmp_path))
+  steps = lambda workdir: [(h['step'], sorted(h)) for h in _history(workdir)]
+  assert steps(str(tmp_path)) == steps(trained_workdir)
+  assert _losses(str(tmp_path)) == _losses(trained_workdir)  # the windows start at logged steps: the same sums
+
+
+def test_a_second_training_run_in_one_work_directory_is_refused(trained_workdir, tiny_config, tmp_path):
+  with workdir_lib.training_lock(str(tmp_path)):  # as another process's run would hold it
+    with pytest.raises(FastmtError, match='another training run is writing'):
+      train_lib.train_and_evaluate(tiny_config, str(tmp_path))
+  assert sorted(os.listdir(tmp_path)) == [workdir_lib.TRAINING_LOCK_FILE]  # nothing written
+  train_lib.train_and_evaluate(tiny_config, str(tmp_path))  # free again once that run has ended
+  assert _losses(str(tmp_path)) == _losses(trained_workdir)
+
+
+def test_a_killed_run_leaves_no_lock_held(tmp_path):
+  holder = subprocess.Popen(
+      [sys.executable, '-c', 'import sys, time; from fastmt import workdir\n'
+       f'with workdir.training_lock({str(tmp_path)!r}):\n  print("held", flush=True); time.sleep(600)'],
+      stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == 'held'
+    with pytest.raises(FastmtError, match='another training run'):
+      with workdir_lib.training_lock(str(tmp_path)):
+        pass
+  finally:
+    holder.kill()
+    holder.wait()
+  with workdir_lib.training_lock(str(tmp_path)):
+    pass
 
 
 def test_a_workdir_of_another_config_is_one_clear_error(trained_workdir, tiny_config):
