@@ -135,6 +135,12 @@ def _write_manifest(output_dir: str, manifest: dict) -> None:
   os.replace(path + '.tmp', path)
 
 
+def split_to_distil(requested: str | None, teacher_dataset) -> str:
+  """--split, or else the split the teacher trained on (its config.dataset.train_split, 'train' for work
+  directories from before the field): a student of the same slice then finds exactly its sources distilled."""
+  return requested or corpus.training_split(teacher_dataset)
+
+
 FLAGS = flags.FLAGS
 
 
@@ -143,7 +149,9 @@ def define_flags():
   registers nothing, so any set of fastmt modules imports together."""
   flags.DEFINE_string('teacher', None, 'Work directory of the teacher model.')
   flags.DEFINE_string('output_dir', None, 'Where distilled.txt, manifest.json and spm.model go.')
-  flags.DEFINE_string('split', 'train', 'Split of the teacher\'s dataset to distil.')
+  flags.DEFINE_string('split', None, 'Split of the teacher\'s dataset to distil: \'train\' or a slice of it such as '
+                      '\'train[:8000]\' (the split a student trains on, its config.dataset.train_split). Default: '
+                      'the split the teacher trained on.')
   flags.DEFINE_string('student_workdir', None, 'Optional: a student work directory whose vocabulary must match.')
   flags.DEFINE_integer('beam_size', 4, 'Teacher beam size (1 = greedy).')
   flags.DEFINE_float('alpha', 0.6, 'Beam length penalty.')
@@ -156,7 +164,9 @@ def main(argv):
   del argv  # cli.run refuses positional arguments
   logging.getLogger().setLevel(logging.INFO)
   config = workdir_lib.load_train_config(FLAGS.teacher)
-  sources = corpus.load_split(config.dataset, FLAGS.split).sources
+  split = split_to_distil(FLAGS.split, config.dataset)
+  sources = corpus.load_split(config.dataset, split).sources
+  print(f'distilling {len(sources)} sources of {config.dataset.name} {split!r}')
   settings = (DecodeSettings('greedy') if FLAGS.beam_size == 1 else
               DecodeSettings('beam', beam_size=FLAGS.beam_size, alpha=FLAGS.alpha))
   result = distill(FLAGS.teacher, sources, FLAGS.output_dir, settings, FLAGS.batch_size, FLAGS.chunk_sentences,

@@ -6,6 +6,7 @@ import os
 import shutil
 
 import jax
+import ml_collections
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -126,8 +127,17 @@ def test_distillation_refuses_other_settings_other_sources_and_unfinished_files(
     distill.distill(trained_workdir, sources[:-1], out, DecodeSettings('greedy'), chunk_sentences=8)
   with pytest.raises(ValueError, match='unfinished'):
     distill.load_distilled_targets(out, sources)
-  with pytest.raises(ValueError, match='other training sources'):
-    distill.load_distilled_targets(out, sources[1:])
+  with pytest.raises(ValueError, match=r"other sources \(21 of them\) than this config's training split "
+                     r"'train\[:20\]' \(20\): distil that split with python -m fastmt.distill --split 'train\[:20\]'"):
+    distill.load_distilled_targets(out, sources[1:], 'train[:20]')
+
+
+def test_the_cli_distils_the_split_its_teacher_trained_on_unless_told_otherwise():
+  teacher = ml_collections.ConfigDict({'name': 'bible/en_de', 'train_split': 'train[:6000]'})
+  assert distill.split_to_distil(None, teacher) == 'train[:6000]'
+  assert distill.split_to_distil('train', teacher) == 'train'
+  del teacher['train_split']  # a teacher from before the field trained on the whole split
+  assert distill.split_to_distil(None, teacher) == 'train'
 
 
 def test_a_student_with_another_vocabulary_is_refused_before_decoding(trained_workdir, sources, tmp_path,

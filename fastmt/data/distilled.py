@@ -39,15 +39,19 @@ def check_same_vocabulary(teacher_spm: str, student_workdir: str) -> None:
                      f'the teacher ({teacher_spm}); use a new student work directory')
 
 
-def load_distilled_targets(distilled_dir: str, sources: list[str]) -> list[str]:
-  """The finished distilled targets for exactly these sources (an error if unfinished or for other sources)."""
+def load_distilled_targets(distilled_dir: str, sources: list[str], split: str = 'train') -> list[str]:
+  """The finished distilled targets for exactly these sources, the student's training `split` (an error if
+  unfinished or for other sources)."""
   manifest_path = os.path.join(distilled_dir, MANIFEST_FILE)
   if not os.path.exists(manifest_path):
     raise MissingError(f'No {MANIFEST_FILE} in {distilled_dir!r}: not a fastmt.distill output directory')
   with open(manifest_path) as f:
     manifest = json.load(f)
   if manifest['sources_fingerprint'] != fingerprint(sources):
-    raise FastmtError(f'{distilled_dir} distils other training sources than this config\'s dataset')
+    raise FastmtError(f'{distilled_dir} distils other sources ({manifest.get("sources", "?")} of them) than this '
+                      f'config\'s training split {split!r} ({len(sources)}): distil that split with python -m '
+                      f'fastmt.distill --split {split!r}, or train on the split it distils '
+                      '(config.dataset.train_split)')
   if manifest.get('done', 0) != len(sources):
     raise FastmtError(f'{distilled_dir} is unfinished ({manifest.get("done", 0)}/{len(sources)} lines); '
                      'run python -m fastmt.distill again to complete it')

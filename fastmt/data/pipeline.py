@@ -56,13 +56,15 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
 
 
 def load_training_data(config, workdir: str, batch_multiple: int = 1) -> TrainingData:
-  train = corpus.load_split(config.dataset, corpus.training_split(config.dataset))
+  train_split = corpus.training_split(config.dataset)
+  train = corpus.load_split(config.dataset, train_split)
   validation = corpus.load_split(config.dataset, 'validation')
   tokenizer = get_tokenizer(config, workdir, train)
   max_length = config.model.max_length
   distilled_ids = None
   if config.dataset.get('distilled_dir'):
-    distilled_ids = tokenizer.encode(distilled.load_distilled_targets(config.dataset.distilled_dir, train.sources))
+    distilled_ids = tokenizer.encode(distilled.load_distilled_targets(config.dataset.distilled_dir, train.sources,
+                                                                   train_split))
   src, tgt, kept_distilled, skipped = batching.prepare_pairs(
       tokenizer.encode(train.sources), tokenizer.encode(train.targets), max_length, distilled_ids)
   buckets = [b for b in config.bucket_lengths if b < max_length] + [max_length]
