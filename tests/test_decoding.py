@@ -97,6 +97,24 @@ def test_beam_stopped_by_k_finished_ignores_unfinished_beams():
   assert EOS_ID in tokens.tolist()
 
 
+def test_beam_ends_a_sentence_whose_model_allows_fewer_continuations_than_beams():
+  """After BOS only A and B are possible, after each only EOS (every other token -inf): 2 hypotheses for 4
+  beams. Done once no live beam is left, at step 2, instead of running on to max_length (it took 12 calls)."""
+  p = np.zeros((VOCAB, VOCAB))
+  p[BOS_ID, A], p[BOS_ID, B] = 0.6, 0.4
+  p[A, EOS_ID] = p[B, EOS_ID] = 1.0
+  log_probs = jnp.log(jnp.asarray(p))  # exact zeros: -inf
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets):
+    return log_probs[tokens], cache
+
+  out = beam.beam_search(step_fn, stub_cache(4, 12), 1, 4, 12)
+  np.testing.assert_array_equal(out.tokens[0, :2], [A, EOS_ID])
+  np.testing.assert_array_equal(out.decoder_calls, [2])
+  _, scores = beam.beam_search_top(step_fn, stub_cache(4, 12), 1, 4, 12, top=2, alpha=0.0)
+  np.testing.assert_allclose(scores, [[np.log(0.6), np.log(0.4)]], rtol=1e-6)
+
+
 @pytest.mark.parametrize('seed', range(4))
 def test_beam_size_one_equals_greedy_on_random_models(seed):
   model, params = random_model(seed)

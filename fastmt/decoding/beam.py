@@ -75,7 +75,9 @@ def select_beams(finished_seqs, finished_scores, num_finished, top_seqs, top_sco
   """One step's bookkeeping, shared by every beam search (fairseq's rule). Of the 2K best continuations
   [B, 2K] of the K live beams, those that end (is_end) and rank within the top K join the finished pool
   (scored over `penalty`), the K best that do not end stay live, and a sentence at its cap (at_cap [B]) moves
-  its live beams into the pool, where they compete with its finished hypotheses.
+  its live beams into the pool, where they compete with its finished hypotheses. A sentence with no live beam
+  left (every continuation -inf or from an empty slot: a model that allows fewer than 2K tokens) is complete
+  with what it has finished: nothing could join the pool any more, and it used to run on to its cap.
 
   Returns (live_seqs, live_scores, live_beams (their parents, to gather the cache), finished_seqs,
   finished_scores, num_finished).
@@ -94,7 +96,8 @@ def select_beams(finished_seqs, finished_scores, num_finished, top_seqs, top_sco
   pool_scores = jnp.concatenate([finished_scores, jnp.where(capped, live_scores / penalty, _LOW)], 1)
   finished_scores, keep = jax.lax.top_k(pool_scores, k)
   finished_seqs = _gather_beams(jnp.concatenate([finished_seqs, live_seqs], axis=1), keep)
-  num_finished = jnp.where(at_cap, k, num_finished)
+  no_live_beam = (live_scores <= _LOW / 2).all(axis=-1)
+  num_finished = jnp.where(at_cap | no_live_beam, k, num_finished)
   return live_seqs, live_scores, _gather_beams(top_beams, live_rank), finished_seqs, finished_scores, num_finished
 
 
