@@ -36,9 +36,7 @@ demo: setup
 # jax's persistent compilation cache for the tests and notebooks: they compile the same programs (the same model,
 # decoder and shapes) in many processes and tests, and on 2 CPU cores compiling is much of their time. A program
 # is only reused where its computation, shapes, options and jax version are the same; runs/ is not committed.
-# Capped at 1 GB, least recently used entries evicted first (it holds about 50 MB after the tests and notebooks).
 test notebooks: export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/runs/xla_cache
-test notebooks: export JAX_COMPILATION_CACHE_MAX_SIZE ?= 1000000000
 
 test: setup
 	$(PY) -m pytest -n logical --maxprocesses 8 --dist loadgroup tests
@@ -47,4 +45,4 @@ notebooks: setup
 	$(PY) notebooks/execute.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info runs/xla_cache
+	rm -rf $(VENV) build *.egg-info
