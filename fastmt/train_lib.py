@@ -222,42 +222,45 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
   progress = progress_lib.progress(total=config.num_train_steps, initial=start_step, unit='step', desc='train',
                                   disable=jax.process_index() != 0)
   window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'steps': 0, 'start': time.perf_counter()}
-  for step in range(start_step, config.num_train_steps):
-    batch = data.train_batches.batch(step)
-    state, sums = jit_train_step(state, to_device(batch))
-    window['real_tokens'] += batch.num_tokens
-    window['steps'] += 1
-    for k in ('loss', 'tokens', 'correct'):
-      window[k] += sums[k]  # device scalars: no host sync until logged
-    done = step + 1
-    progress.update(1)
-    if done % config.log_every_steps == 0 or done == config.num_train_steps:
-      jax.block_until_ready(state)  # steps run asynchronously: time them only once they have finished
-      elapsed = time.perf_counter() - window['start']
-      metrics = {'train_loss': float(window['loss'] / window['tokens']),
-                 'train_accuracy': float(window['correct'] / window['tokens']),
-                 'tokens_per_s': window['real_tokens'] / elapsed,
-                 'steps_per_s': window['steps'] / elapsed,
-                 'learning_rate': float(learning_rate_schedule(config)(done))}
-      progress.set_postfix(loss=f"{metrics['train_loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
-      _write(writer, done, metrics)
-      _append_history(workdir, {'step': done, **metrics})
-      window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'steps': 0, 'start': time.perf_counter()}
-    if done % config.eval_every_steps == 0 or done == config.num_train_steps:
-      val = _validation_metrics(state.params, state.step, jit_eval_step, data, to_device, model_config, config,
-                                (objective_name, objective_options))
-      progress.write(f'step {done}: ' + ', '.join(f'{k} {v:.3f}' for k, v in val.items()))
-      _write(writer, done, val)
-      _append_history(workdir, {'step': done, **val})
-      if best_manager is not None and 'valid_bleu' in val:
-        best_manager.save(done, args=ocp.args.StandardSave(state), metrics=val)
-      window['start'] = time.perf_counter()  # validation time is not training throughput
-    if done % config.checkpoint_every_steps == 0 or done == config.num_train_steps:
-      manager.save(done, args=ocp.args.StandardSave(state))
-  manager.wait_until_finished()
-  if best_manager is not None:
-    best_manager.wait_until_finished()
-  progress.close()
+  try:
+    for step in range(start_step, config.num_train_steps):
+      batch = data.train_batches.batch(step)
+      state, sums = jit_train_step(state, to_device(batch))
+      window['real_tokens'] += batch.num_tokens
+      window['steps'] += 1
+      for k in ('loss', 'tokens', 'correct'):
+        window[k] += sums[k]  # device scalars: no host sync until logged
+      done = step + 1
+      progress.update(1)
+      if done % config.log_every_steps == 0 or done == config.num_train_steps:
+        jax.block_until_ready(state)  # steps run asynchronously: time them only once they have finished
+        elapsed = time.perf_counter() - window['start']
+        metrics = {'train_loss': float(window['loss'] / window['tokens']),
+                   'train_accuracy': float(window['correct'] / window['tokens']),
+                   'tokens_per_s': window['real_tokens'] / elapsed,
+                   'steps_per_s': window['steps'] / elapsed,
+                   'learning_rate': float(learning_rate_schedule(config)(done))}
+        progress.set_postfix(loss=f"{metrics['train_loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
+        _write(writer, done, metrics)
+        _append_history(workdir, {'step': done, **metrics})
+        window = {'loss': 0.0, 'tokens': 0.0, 'correct': 0.0, 'real_tokens': 0, 'steps': 0,
+                  'start': time.perf_counter()}
+      if done % config.eval_every_steps == 0 or done == config.num_train_steps:
+        val = _validation_metrics(state.params, state.step, jit_eval_step, data, to_device, model_config, config,
+                                  (objective_name, objective_options))
+        progress.write(f'step {done}: ' + ', '.join(f'{k} {v:.3f}' for k, v in val.items()))
+        _write(writer, done, val)
+        _append_history(workdir, {'step': done, **val})
+        if best_manager is not None and 'valid_bleu' in val:
+          best_manager.save(done, args=ocp.args.StandardSave(state), metrics=val)
+        window['start'] = time.perf_counter()  # validation time is not training throughput
+      if done % config.checkpoint_every_steps == 0 or done == config.num_train_steps:
+        manager.save(done, args=ocp.args.StandardSave(state))
+  finally:  # a run that dies (an exception in a notebook or test) still lets its last save finish
+    manager.wait_until_finished()
+    if best_manager is not None:
+      best_manager.wait_until_finished()
+    progress.close()
   return state
 
 

@@ -133,20 +133,28 @@ def training_lock(workdir: str):
   """Holds workdir's training lock for the block; a second training run in the same directory is a
   FastmtError at once. Two runs would interleave their checkpoints and history and each resume from the
   other's steps. The lock is the operating system's (flock), so a killed run never leaves it held. Multi-host:
-  process 0 alone takes it, since the hosts of one run may share the directory."""
-  if jax.process_index() != 0:
-    yield
-    return
-  lock = filelock.FileLock(os.path.join(workdir, TRAINING_LOCK_FILE), blocking=False)
-  try:
-    lock.acquire()
-  except filelock.Timeout:
-    raise FastmtError(f'another training run is writing {workdir} (it holds {lock.lock_file}): wait for it to '
-                      'end or stop it, or give this run another --workdir') from None
+  process 0 takes it (the hosts of one run may share the directory) and every process learns whether it got
+  it, so that a refused run stops on every host instead of leaving the others waiting at a barrier."""
+  lock = None
+  if jax.process_index() == 0:
+    lock = filelock.FileLock(os.path.join(workdir, TRAINING_LOCK_FILE))
+    try:
+      lock.acquire(timeout=0)
+    except filelock.Timeout:
+      lock = None
+  held = lock is not None
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    held = bool(multihost_utils.broadcast_one_to_all(np.int32(held)))
+  if not held:
+    raise FastmtError(f'another training run is writing {workdir} (it holds '
+                      f'{os.path.join(workdir, TRAINING_LOCK_FILE)}): wait for it to end or stop it, or give this '
+                      'run another --workdir')
   try:
     yield
   finally:
-    lock.release()
+    if lock is not None:
+      lock.release()
 
 
 def checkpoint_manager(workdir: str, max_to_keep: int | None = None, best: bool = False) -> ocp.CheckpointManager:

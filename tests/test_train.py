@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import jax
 import numpy as np
@@ -109,12 +110,15 @@ def test_a_killed_run_leaves_no_lock_held(tmp_path):
       [sys.executable, '-c', 'import sys, time; from fastmt import workdir\n'
        f'with workdir.training_lock({str(tmp_path)!r}):\n  print("held", flush=True); time.sleep(600)'],
       stdout=subprocess.PIPE, text=True)
+  deadline = threading.Timer(120, holder.kill)  # a holder that hangs before it prints ends the read (EOF)
+  deadline.start()
   try:
-    assert holder.stdout.readline().strip() == 'held'
+    assert 'held' in holder.stdout.readline()
     with pytest.raises(FastmtError, match='another training run'):
       with workdir_lib.training_lock(str(tmp_path)):
         pass
   finally:
+    deadline.cancel()
     holder.kill()
     holder.wait()
   with workdir_lib.training_lock(str(tmp_path)):
