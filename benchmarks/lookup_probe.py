@@ -1,6 +1,7 @@
 r"""How often prompt-lookup drafts (--drafter ngram) are right, teacher-forced on a model's greedy outputs.
 
     python benchmarks/lookup_probe.py --workdir runs/quickstart --widths 2,3,4 --ngrams 1,2,3 --sentences 300
+    python benchmarks/lookup_probe.py --workdir runs/quickstart --ngrams 3\>2 --memory_tokens 0,2000,10000
 
 For each sentence of the split (validation by default: never tune on test): the model's greedy output y; at
 every cut m (the committed prefix y[:m], BOS first) the lookup of fastmt.decoding.drafts.lookup_drafts with a
@@ -17,6 +18,11 @@ A gate pays at batch 1 when break-even exceeds the measured cost ratio (fastmt.b
 The probe counts drafts only: Jacobi's own guesses, which an always-wide call may also hit, are not modelled.
 An output that reached its cap without EOS is probed as if EOS followed it (a small skew; the decode reports
 how many there were).
+
+--memory_tokens M (a what-if, not a drafter fastmt has): the lookup also searches the last M tokens of the
+model's greedy outputs of the split's earlier sentences (each followed by EOS), after the row's own output and
+its source: the pool of "earlier sentences" that lookahead decoding keeps. Only sentences before the probed
+one, in the split's order, are in it, as in a translator that remembers what it has translated.
 """
 
 import numpy as np
@@ -35,6 +41,7 @@ flags.DEFINE_list('ngrams', ['1', '2', '3', '3>2'], 'Key lengths n; "3>2" = the 
                   'matches, else of 2.')
 flags.DEFINE_string('split', 'validation', 'Split (never test for tuning).')
 flags.DEFINE_integer('sentences', 300, 'First N sentences of the split.')
+flags.DEFINE_list('memory_tokens', ['0'], 'Sizes M of a memory of the earlier sentences\' outputs to probe (0 = none).')
 
 
 def leading_right(draft: np.ndarray, truth: list) -> int:
@@ -62,19 +69,10 @@ def gated_calls(found: np.ndarray, right: np.ndarray, length: int, width: int) -
   return narrow, wide
 
 
-def main(argv):
-  del argv
-  logging.set_verbosity(logging.WARNING)
-  widths, ngrams = [int(w) for w in FLAGS.widths], FLAGS.ngrams
-  config = workdir_lib.load_model_config(FLAGS.workdir)
-  params, _ = workdir_lib.restore_params(FLAGS.workdir, config)
-  tokenizer = workdir_lib.load_tokenizer(FLAGS.workdir)
-  sources = [s for s in corpus.load_split(workdir_lib.load_train_config(FLAGS.workdir).dataset,
-                                          FLAGS.split).sources[:FLAGS.sentences] if s.strip()]
-  outputs, _ = Translator(config, params, tokenizer, DecodeSettings('greedy')).translate_ids(sources)
-  source_ids = tokenizer.encode(sources)
+def probe(outputs, source_ids, ngrams, widths, memory_size: int):
+  """The probe's counts over every sentence, with a memory of the earlier outputs' last memory_size tokens."""
   width_max = max(widths)
-  tokens = 0
+  tokens, earlier = 0, []
   found_count = {n: 0 for n in ngrams}
   accepted = {(n, w): 0 for n in ngrams for w in widths}
   calls = {(n, w): [0, 0] for n in ngrams for w in widths}
@@ -85,7 +83,8 @@ def main(argv):
     history[:, 0] = BOS_ID
     for m in range(length):
       history[m, 1:m + 1] = y[:m]
-    source_row = np.array(list(source) + [EOS_ID], np.int32)[None].repeat(length, 0)
+    memory = earlier[-memory_size:] if memory_size else []
+    source_row = np.array(list(source) + [EOS_ID] + memory, np.int32)[None].repeat(length, 0)
     for n in ngrams:
       draft, found = None, np.zeros(length, bool)
       for key in (int(k) for k in n.split('>')):  # longest first: a shorter key only where a longer found none
@@ -101,17 +100,35 @@ def main(argv):
         calls[(n, w)][0] += narrow
         calls[(n, w)][1] += wide
     tokens += length
+    earlier += y
+  return tokens, found_count, accepted, calls
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  widths, ngrams = [int(w) for w in FLAGS.widths], FLAGS.ngrams
+  config = workdir_lib.load_model_config(FLAGS.workdir)
+  params, _ = workdir_lib.restore_params(FLAGS.workdir, config)
+  tokenizer = workdir_lib.load_tokenizer(FLAGS.workdir)
+  sources = [s for s in corpus.load_split(workdir_lib.load_train_config(FLAGS.workdir).dataset,
+                                          FLAGS.split).sources[:FLAGS.sentences] if s.strip()]
+  outputs, _ = Translator(config, params, tokenizer, DecodeSettings('greedy')).translate_ids(sources)
+  source_ids = tokenizer.encode(sources)
   sentences = len(outputs)
+  print('| memory | key n | W | found | accept/draft | calls/sent (narrow + wide) | break-even wide cost |')
+  print('|---|---|---|---|---|---|---|')
+  for memory_size in (int(m) for m in FLAGS.memory_tokens):
+    tokens, found_count, accepted, calls = probe(outputs, source_ids, ngrams, widths, memory_size)
+    for n in ngrams:
+      for w in widths:
+        narrow, wide = calls[(n, w)]
+        per_draft = accepted[(n, w)] / max(found_count[n], 1)
+        break_even = (tokens - narrow) / max(wide, 1)
+        print(f'| {memory_size} | {n} | {w} | {found_count[n] / tokens:.3f} | {per_draft:.2f} | '
+              f'{(narrow + wide) / sentences:.2f} ({narrow / sentences:.2f} + {wide / sentences:.2f}) | '
+              f'{break_even:.2f} |', flush=True)
   print(f'{sentences} sentences of {FLAGS.split}, {tokens / sentences:.2f} greedy calls (tokens) per sentence')
-  print('| key n | W | found | accept/draft | calls/sent (narrow + wide) | break-even wide cost |')
-  print('|---|---|---|---|---|---|')
-  for n in ngrams:
-    for w in widths:
-      narrow, wide = calls[(n, w)]
-      per_draft = accepted[(n, w)] / max(found_count[n], 1)
-      break_even = (tokens - narrow) / max(wide, 1)
-      print(f'| {n} | {w} | {found_count[n] / tokens:.3f} | {per_draft:.2f} | {(narrow + wide) / sentences:.2f} '
-            f'({narrow / sentences:.2f} + {wide / sentences:.2f}) | {break_even:.2f} |')
 
 
 if __name__ == '__main__':
