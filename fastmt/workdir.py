@@ -149,7 +149,9 @@ def training_lock(workdir: str):
   if not held:
     raise FastmtError(f'another training run is writing {workdir} (it holds '
                       f'{os.path.join(workdir, TRAINING_LOCK_FILE)}): wait for it to end or stop it, or give this '
-                      'run another --workdir')
+                      'run another --workdir. On a filesystem without OS file locks (some network mounts) the lock '
+                      'is a file that a run which died on another machine can leave behind: delete it if no run '
+                      'is writing there')
   try:
     yield
   finally:
