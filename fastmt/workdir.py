@@ -7,7 +7,8 @@ A work directory holds:
   spm.model           the SentencePiece vocabulary
   checkpoints/        orbax steps (the newest few; what resuming reads)
   best_checkpoint/    optional: the step with the best validation BLEU (config.keep_best_checkpoint)
-  train.lock          held by the train.py run that is writing the directory (an OS file lock, gone with it)
+  train.lock          locked by the train.py run that is writing the directory (an OS file lock, released when
+                      the run ends or dies; the file itself stays)
 
 Inference (fastmt.load, decode.py, bench, distill, clusters) imports this module, never fastmt.train_lib.
 """
@@ -16,9 +17,9 @@ import contextlib
 import json
 import os
 
+import filelock
 import jax
 import jax.numpy as jnp
-import filelock
 import numpy as np
 import orbax.checkpoint as ocp
 

@@ -6,8 +6,8 @@ import os
 import shutil
 
 import jax
-import ml_collections
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
