@@ -42,6 +42,9 @@ flags.DEFINE_list('ngrams', ['1', '2', '3', '3>2'], 'Key lengths n; "3>2" = the 
 flags.DEFINE_string('split', 'validation', 'Split (never test for tuning).')
 flags.DEFINE_integer('sentences', 300, 'First N sentences of the split.')
 flags.DEFINE_list('memory_tokens', ['0'], 'Sizes M of a memory of the earlier sentences\' outputs to probe (0 = none).')
+flags.DEFINE_enum('order', 'split', ['split', 'length'], 'The order the memory fills in: the split\'s (a document, '
+                  'sentence after sentence) or by source length (what a Translator decodes first: it sorts each '
+                  'chunk of its input by length into batches).')
 
 
 def leading_right(draft: np.ndarray, truth: list) -> int:
@@ -115,6 +118,9 @@ def main(argv):
                                           FLAGS.split).sources[:FLAGS.sentences] if s.strip()]
   outputs, _ = Translator(config, params, tokenizer, DecodeSettings('greedy')).translate_ids(sources)
   source_ids = tokenizer.encode(sources)
+  if FLAGS.order == 'length':  # Translator.batches' order: stable sort by source length
+    order = sorted(range(len(sources)), key=lambda i: len(source_ids[i]))
+    outputs, source_ids = [outputs[i] for i in order], [source_ids[i] for i in order]
   sentences = len(outputs)
   print('| memory | key n | W | found | accept/draft | calls/sent (narrow + wide) | break-even wide cost |')
   print('|---|---|---|---|---|---|---|')

@@ -39,7 +39,8 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
   """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K) |
   'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT) | 'spec:W'
   (speculative, window W, the model's own drafts), then optionally '+bigram' (Jacobi draft guesses; spec: the
-  bigram drafter), '+ngram' (spec: prompt-lookup drafts), '+model' (spec: a separate drafter model,
+  bigram drafter), '+ngram' (spec: prompt-lookup drafts; '+ngramM': also in the last M tokens of the
+  earlier outputs of the same pass, ngram_memory), '+model' (spec: a separate drafter model,
   --drafter_workdir), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove
   repeated n-grams up to N) and '@bf16' (half precision), '@int8' or '@int8_layers' (8-bit, fastmt.quantize),
   '@bf16_int8' or '@bf16_int8_layers' (both) -> (label, settings, dtype). 'spec:auto' (allow_auto: the
@@ -64,7 +65,8 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
     if len(args) > most:
       raise FastmtError(f'{label}: {name} takes at most {most} number{"s" if most != 1 else ""} after it '
                         f'(e.g. {example})')
-    if init and not any(init == x or (x == 'dedupN' and init.startswith('dedup')) for x in suffixes):
+    if init and not any(init == x or (x == 'dedupN' and init.startswith('dedup'))
+                        or (x == 'ngram' and init.startswith('ngram') and init[5:].isdigit()) for x in suffixes):
       raise FastmtError(f'{label}: unknown suffix +{init} for {name}'
                         + (f': use one of {["+" + x for x in suffixes]}' if suffixes else ' (it takes none)'))
   try:
@@ -80,7 +82,11 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
       raise FastmtError(f'{label}: +dedupN takes an integer N, got +{init}') from None
     return label, DecodeSettings(name, beam_size=values[0] if values else None, **dedup), dtype
   if name == 'spec':
-    return label, DecodeSettings('spec', block_size=values[0] if values else 4, drafter=init or 'self'), dtype
+    memory = {}
+    if init.startswith('ngram') and init[5:]:  # +ngramM: a memory of M tokens of earlier outputs
+      init, memory = 'ngram', {'ngram_memory': int(init[5:])}
+    return label, DecodeSettings('spec', block_size=values[0] if values else 4, drafter=init or 'self',
+                                 **memory), dtype
   if name == 'hrt':
     return label, DecodeSettings('hrt', beam_size=values[0] if values else None,
                                  nat_beam_size=values[1] if len(values) > 1 else 1), dtype

@@ -36,7 +36,7 @@ from fastmt.objectives import hrt as hrt_objective
 from fastmt.objectives import selfdraft
 from fastmt.config import ModelConfig
 from fastmt.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
-from fastmt.decoding import draft_model as draft_model_lib, registry
+from fastmt.decoding import draft_model as draft_model_lib, drafts, registry
 from fastmt.decoding.greedy import DecodeOutput
 from fastmt.decoding.interleaving import Interleaving
 from fastmt.errors import FastmtError
@@ -63,6 +63,9 @@ class DecodeSettings:
   drafter: str = 'self'  # --algorithm spec: 'self' (the model's <mask> slots), 'ngram', 'model', 'bigram' or 'pad'
   draft_mask_id: int | None = None  # --drafter self / model: the (drafter's) <mask> id, resolved by Translator
   draft_model_config: ModelConfig | None = None  # --drafter model: the drafter's shape, set by Translator
+  # --drafter ngram: also look up the last ngram_memory tokens of the outputs of the sentences translated before
+  # (in the same call of translate / iter_ids: one input stream); 0 = the row's own output and source only.
+  ngram_memory: int = 0
 
   def __post_init__(self):
     if self.beam_size is None:
@@ -134,7 +137,7 @@ def output_cap(config: ModelConfig, source_length: int, settings: DecodeSettings
 
 
 def decode_source_batch(params, source, row_caps, clusters=None, draft_table=None, output_projection=None,
-                        drafter=None, *, config: ModelConfig, settings: DecodeSettings) -> DecodeOutput:
+                        drafter=None, recent=None, *, config: ModelConfig, settings: DecodeSettings) -> DecodeOutput:
   """Encodes source [B, S] and decodes it with settings.algorithm. Jit with config/settings static.
 
   row_caps: int32 [B], each row's output cap (output_cap of its own source length; 0 = a padding row).
@@ -143,6 +146,8 @@ def decode_source_batch(params, source, row_caps, clusters=None, draft_table=Non
   output_projection: optional float32 [E, V] (make_step_fn).
   drafter: --drafter model: {'params', 'output_projection'} of the drafter (settings.draft_model_config's
     shape); it encodes the source itself (it shares nothing with the model but the vocabulary).
+  recent: --drafter ngram with settings.ngram_memory: int32 [ngram_memory], the outputs of the sentences
+    translated before this batch (drafts.remember_outputs), searched for drafts.
   """
   model = models.Transformer(config)
   batch = source.shape[0]
@@ -154,6 +159,8 @@ def decode_source_batch(params, source, row_caps, clusters=None, draft_table=Non
   memory = algorithm.expand(memory, settings)
   cache = models.init_cache(config, rows, algorithm.cache_length(max_len, settings))
   extra = {'source': source} if algorithm.uses_source(settings) else {}
+  if algorithm.uses_recent_outputs(settings):
+    extra['recent'] = recent
   if algorithm.uses_draft_model(settings):
     extra['draft_model'] = draft_model_for(drafter, source, batch, max_len, settings, config.vocab_size)
   return algorithm.run(make_step_fn(model, params, memory, clusters, output_projection), cache, batch, max_len,
@@ -300,6 +307,8 @@ class Translator:
     if uses_draft_model:  # the drafter projects W positions per row (its causal slot, W - 1 masks): E^T's case
       self.drafter = jax.device_put({'params': draft_model.params,
                                      'output_projection': transposed_output_layout(draft_model.params)}, replicated)
+    # --drafter ngram's memory of earlier outputs (tokens; 0 = none): one more input of every compiled decoder.
+    self.recent_size = settings.ngram_memory if registry.get(settings.algorithm).uses_recent_outputs(settings) else 0
     self._decode = jax.jit(functools.partial(decode_source_batch, config=config, settings=settings))
     self._compiled = {}  # (rows, bucket) -> compiled executable
     self.compiler_options = dict(compiler_options or {})
@@ -364,16 +373,32 @@ class Translator:
     if key not in self._compiled:
       start = time.perf_counter()
       spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self.rows_sharding)
+      recent = None
+      if self.recent_size:
+        recent = jax.ShapeDtypeStruct((self.recent_size,), jnp.int32, sharding=NamedSharding(self.mesh, P()))
       self._compiled[key] = self._decode.lower(self.params, spec((rows, bucket)), spec((rows,)), self.clusters,
-                                               self.draft_table, self.output_projection, self.drafter).compile(
-                                                   self.compiler_options or None)
+                                               self.draft_table, self.output_projection, self.drafter,
+                                               recent).compile(self.compiler_options or None)
       if stats is not None:
         stats.compile_seconds += time.perf_counter() - start
     return self._compiled[key]
 
-  def decode_batch(self, source: np.ndarray, row_caps=None, stats: TranslationStats | None = None) -> DecodeOutput:
-    """Decodes one padded batch (row_caps default: each row's cap from its own non-PAD length)."""
+  def decode_batch(self, source: np.ndarray, row_caps=None, stats: TranslationStats | None = None,
+                   recent_outputs=None) -> DecodeOutput:
+    """Decodes one padded batch (row_caps default: each row's cap from its own non-PAD length).
+
+    recent_outputs: with --drafter ngram and ngram_memory, int32 [ngram_memory] (drafts.remember_outputs) of
+    what was translated before; None = nothing yet. Ignored otherwise. It changes the number of calls only,
+    never the output.
+    """
     source = np.asarray(source, np.int32)
+    recent = None
+    if self.recent_size:
+      recent = np.full((self.recent_size,), PAD_ID, np.int32) if recent_outputs is None else \
+          np.asarray(recent_outputs, np.int32)
+      if recent.shape != (self.recent_size,):
+        raise FastmtError(f'recent_outputs has shape {recent.shape}; this translator remembers '
+                          f'{self.recent_size} tokens (ngram_memory)')
     if row_caps is None:
       lengths = (source != PAD_ID).sum(1)
       row_caps = np.array([self.row_cap(n) if n else 0 for n in lengths], np.int32)
@@ -385,11 +410,18 @@ class Translator:
       put = lambda x: np.asarray(x, np.int32)
     else:
       put = lambda x: jax.device_put(np.asarray(x, np.int32), self.rows_sharding)
+    if recent is not None and self.rows_sharding.mesh.size > 1:
+      recent = jax.device_put(recent, NamedSharding(self.mesh, P()))
     return jax.block_until_ready(executable(self.params, put(source), put(row_caps), self.clusters,
-                                            self.draft_table, self.output_projection, self.drafter))
+                                            self.draft_table, self.output_projection, self.drafter, recent))
 
-  def _decode_chunk(self, texts, batch_size: int, stats: TranslationStats, first_line: int) -> Iterator[dict]:
-    """Decodes a chunk of lines; after every batch yields {index in chunk: output ids} of what finished."""
+  def _decode_chunk(self, texts, batch_size: int, stats: TranslationStats, first_line: int,
+                    recent: list | None = None) -> Iterator[dict]:
+    """Decodes a chunk of lines; after every batch yields {index in chunk: output ids} of what finished.
+
+    recent: [int32 [ngram_memory]] (a one-item list, updated in place after every batch) where the decoder
+    drafts from earlier outputs, else None.
+    """
     for i, t in enumerate(texts):
       if not isinstance(t, str):
         raise FastmtError(f'input {first_line + i}: a line to translate must be a str, got {type(t).__name__}')
@@ -401,7 +433,7 @@ class Translator:
     if empty:
       yield empty
     for indices, source, caps in self.batches(source_ids, batch_size):
-      result = jax.device_get(self.decode_batch(source, caps, stats))  # one transfer for the whole output
+      result = jax.device_get(self.decode_batch(source, caps, stats, recent[0] if recent else None))  # one transfer
       real = len(indices)
       tokens = result.tokens[:real]
       stats.batches += 1
@@ -414,6 +446,8 @@ class Translator:
       for i, row in zip(indices, tokens):
         eos = np.flatnonzero(row == EOS_ID)
         finished[nonempty[i]] = row[:eos[0]] if len(eos) else row[row != PAD_ID]
+      if recent:
+        recent[0] = drafts.remember_outputs(recent[0], [finished[nonempty[i]] for i in indices])
       yield finished
 
   def iter_ids(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
@@ -421,13 +455,16 @@ class Translator:
     """Output ids per input line (without EOS; empty for a blank line), in input order, as they finish.
 
     Reads chunk_sentences lines at a time: memory holds one chunk's tensors, whatever the input's size.
+    With --drafter ngram and ngram_memory, the drafts also come from the outputs of this stream's earlier
+    batches (a fresh memory per call: one call's speed never depends on what an earlier call translated).
     """
     stats = TranslationStats() if stats is None else stats
     lines = iter(texts)
     first_line = 1
+    recent = [np.full((self.recent_size,), PAD_ID, np.int32)] if self.recent_size else None
     while chunk := list(itertools.islice(lines, chunk_sentences)):
       ready, next_index = {}, 0
-      for finished in self._decode_chunk(chunk, batch_size, stats, first_line):
+      for finished in self._decode_chunk(chunk, batch_size, stats, first_line, recent):
         ready.update(finished)
         while next_index in ready:
           yield ready.pop(next_index)

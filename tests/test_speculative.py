@@ -276,6 +276,37 @@ def test_each_row_drafts_from_its_own_source_through_the_spec_algorithm():
   np.testing.assert_array_equal(out.decoder_calls, [4, 4, 7])
 
 
+def test_remember_outputs_keeps_the_last_tokens_with_eos_after_each_sentence():
+  recent = np.full((6,), PAD_ID, np.int32)
+  recent = drafts_lib.remember_outputs(recent, [np.array([A, B]), np.array([], np.int32)])
+  np.testing.assert_array_equal(recent, [PAD_ID, PAD_ID, A, B, EOS_ID, EOS_ID])  # an empty output: EOS alone
+  recent = drafts_lib.remember_outputs(recent, [np.array([C, D, E])])
+  np.testing.assert_array_equal(recent, [B, EOS_ID, EOS_ID, C, D, E, EOS_ID][-6:])
+  assert drafts_lib.remember_outputs(np.zeros((0,), np.int32), [np.array([A])]).shape == (0,)
+
+
+def test_ngram_drafts_copy_from_earlier_outputs():
+  """A name an earlier sentence's translation used, not in this source: with the memory, the rest of it comes
+  from there; the memory's latest occurrence wins over the source's."""
+  sequence = [A, C, D, E, F, JUNK + 2, EOS_ID] + [A] * 9
+  source = jnp.array([[B, B, EOS_ID]])
+  step_fn = _oracle_step(sequence)
+  expected = greedy.greedy_search(step_fn, stub_cache(1, 16), 1, 16)
+  recent = drafts_lib.remember_outputs(np.full((12,), PAD_ID, np.int32), [[B, C, D, E, F, JUNK + 2], [A, A]])
+  without = jacobi.pgj_decode(step_fn, stub_cache(1, 20), 1, 16, 4, drafter=jacobi.ngram_drafter(source))
+  remembered = jacobi.pgj_decode(step_fn, stub_cache(1, 20), 1, 16, 4,
+                                 drafter=jacobi.ngram_drafter(source, recent=jnp.asarray(recent)))
+  np.testing.assert_array_equal(remembered.tokens, expected.tokens)
+  np.testing.assert_array_equal(without.decoder_calls, [7])
+  np.testing.assert_array_equal(remembered.decoder_calls, [4])  # A, C, D, then E F x EOS from the memory
+  wrong_source = jnp.array([[C, D, JUNK, JUNK, JUNK, EOS_ID]])  # "C D" also in the source, followed by junk
+  both = jacobi.pgj_decode(step_fn, stub_cache(1, 20), 1, 16, 4,
+                           drafter=jacobi.ngram_drafter(wrong_source, recent=jnp.asarray(recent)))
+  np.testing.assert_array_equal(both.decoder_calls, [4])
+  with pytest.raises(ValueError, match='with the source'):
+    jacobi.ngram_drafter(None, recent=jnp.asarray(recent))
+
+
 @pytest.mark.parametrize('seed', range(3))
 @pytest.mark.parametrize('batch', [1, 4])
 def test_ngram_drafting_equals_greedy_on_random_models(seed, batch):
@@ -291,11 +322,15 @@ def test_ngram_drafting_equals_greedy_on_random_models(seed, batch):
   fallback = jacobi.chain_initializer(rng.integers(0, 40, 40))
   for width in (2, 3, 5):
     for ngram in (1, 2):
-      out = jacobi.pgj_decode(step_fn, models.init_cache(model.config, batch, max_len + width), batch, max_len,
-                              width, initializer=fallback, row_caps=caps,
-                              drafter=jacobi.ngram_drafter(jnp.array(source), ngram))
-      np.testing.assert_array_equal(out.tokens, expected.tokens, err_msg=f'W={width} n={ngram}')
-      assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()
+      # A memory of "earlier outputs": random tokens and the expected output itself, shifted (drafts that are
+      # partly right), so that many lookups find something there.
+      recent = np.concatenate([rng.integers(3, 40, 20), np.asarray(expected.tokens).ravel()[1:]]).astype(np.int32)
+      for memory in (None, jnp.asarray(recent)):
+        out = jacobi.pgj_decode(step_fn, models.init_cache(model.config, batch, max_len + width), batch, max_len,
+                                width, initializer=fallback, row_caps=caps,
+                                drafter=jacobi.ngram_drafter(jnp.array(source), ngram, recent=memory))
+        np.testing.assert_array_equal(out.tokens, expected.tokens, err_msg=f'W={width} n={ngram}')
+        assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()
 
 
 def test_cache_too_small_for_the_draft_slots_is_a_clear_error():
@@ -357,6 +392,22 @@ def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir,
     at_model.translate(texts, algorithm='spec')
   assert at_model.translate(texts, algorithm='spec', drafter='pad') == at_model.translate(texts)
   assert at_model.translate(texts, algorithm='spec', drafter='ngram') == at_model.translate(texts)
+  # A memory of the stream's earlier outputs: the same output, never more calls; each batch sees the outputs
+  # of the batches before it in the same call, and a call starts with an empty memory.
+  remembering = at_model.translator('spec', block_size=4, drafter='ngram', ngram_memory=256)
+  forgetting = at_model.translator('spec', block_size=4, drafter='ngram')
+  seen = []
+  decode_batch = remembering.decode_batch
+  remembering.decode_batch = lambda *args: seen.append(np.array(args[3])) or decode_batch(*args)
+  twice = [texts[0], texts[0]]
+  outputs, with_memory = remembering.translate(twice, batch_size=1)
+  first_ids = remembering.translate_ids(twice[:1])[0][0]
+  assert outputs == at_model.translate(twice) and remembering.translate(texts)[0] == at_model.translate(texts)
+  assert (seen[0] == PAD_ID).all() and list(seen[1][-len(first_ids) - 1:]) == list(first_ids) + [EOS_ID]
+  assert len(seen) == 4 and all((s == PAD_ID).all() for s in seen[2:])  # two more calls: fresh memories
+  assert with_memory.decoder_calls <= forgetting.translate(twice, batch_size=1)[1].decoder_calls
+  with pytest.raises(FastmtError, match='--drafter ngram only'):
+    at_model.translate(texts, algorithm='spec', drafter='pad', ngram_memory=64)
   without_workdir = fastmt.TranslationModel(at_model.config, at_model.params, at_model.tokenizer)
   assert without_workdir.translate(texts, algorithm='spec', drafter='ngram') == at_model.translate(texts)
   ngram_translator = at_model.translator('spec', block_size=3, drafter='ngram')

@@ -23,6 +23,8 @@ from fastmt.errors import FastmtError, MissingError
     ('pgj:3+ngram', "unknown suffix \\+ngram for pgj: use one of \\['\\+bigram', '\\+pad'\\]"),
     ('ib+dedupx', '\\+dedupN takes an integer'),
     ('spec:-2+ngram', 'must not be negative'),
+    ('spec:3+ngramx', "unknown suffix \\+ngramx for spec"),
+    ('spec:3+pad64', "unknown suffix \\+pad64 for spec"),
 ])
 def test_a_malformed_bench_method_is_a_clear_error(method, message):
   with pytest.raises(FastmtError, match=message):
@@ -33,6 +35,9 @@ def test_well_formed_bench_methods_still_parse():
   assert bench.parse_method('hgj:3:16+bigram')[1].parallel_length == 16
   assert bench.parse_method('ib:4+dedup')[1].dedup_ngram == 2
   assert bench.parse_method('spec:3+ngram@int8')[2] == 'int8'
+  assert bench.parse_method('spec:3+ngram')[1].ngram_memory == 0
+  settings = bench.parse_method('spec:3+ngram2048')[1]
+  assert (settings.drafter, settings.ngram_memory, settings.block_size) == ('ngram', 2048, 3)
 
 
 def test_positional_arguments_are_refused_by_every_tool():

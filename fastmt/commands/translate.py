@@ -50,6 +50,9 @@ def define_flags():
                     'separate small selfdraft model with the same vocabulary: --drafter_workdir), ngram (what '
                     'followed the last two tokens earlier in the output or the source; any model), bigram or pad. '
                     'The output equals greedy\'s whatever the drafter.')
+  flags.DEFINE_integer('ngram_memory', 0, '--drafter ngram: also draft from the last N tokens of the outputs of '
+                       'the input\'s earlier sentences (names and phrases a text repeats; 0 = the sentence\'s own '
+                       'output and source only).')
   flags.DEFINE_string('drafter_workdir', None, '--drafter model: the drafter\'s work directory (a selfdraft model '
                       'sharing this model\'s vocabulary, e.g. configs/selfdraft.py:w4,drafter).')
   flags.DEFINE_integer('parallel_length', 0, 'HGJ parallel length l (0 = the output cap).')
@@ -99,7 +102,7 @@ def main(argv):
                             parallel_length=FLAGS.parallel_length,
                             jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram,
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
-                            drafter=FLAGS.drafter)
+                            drafter=FLAGS.drafter, ngram_memory=FLAGS.ngram_memory)
   # Before the model loads: a mistyped path or setting costs nothing.
   decode_lib.check_paths(FLAGS.input, FLAGS.output, FLAGS.reference, FLAGS.metrics_json, FLAGS.input_errors)
   if FLAGS.ddgviz:

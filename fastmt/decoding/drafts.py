@@ -104,3 +104,16 @@ def lookup_drafts(history, end, width: int, ngram: int = 2, source=None):
     drafts = jnp.where(use_source[:, None], from_source, drafts)
     found = found | use_source
   return drafts.astype(jnp.int32), found
+
+
+def remember_outputs(recent: np.ndarray, outputs) -> np.ndarray:
+  """The memory of recent outputs that `--drafter ngram` also searches (jacobi.ngram_drafter's `recent`),
+  after a batch: `outputs` (int arrays without EOS, in the batch's order) appended to `recent` (int32 [M],
+  oldest first, PAD-filled in front), each followed by EOS so that no key spans two sentences' tokens; the
+  last M tokens kept. A pure function: a translator keeps one per input stream."""
+  recent = np.asarray(recent, np.int32)
+  size = recent.shape[0]
+  if not size:
+    return recent
+  pieces = [recent] + [np.append(np.asarray(ids, np.int32), EOS_ID).astype(np.int32) for ids in outputs]
+  return np.concatenate(pieces)[-size:]

@@ -311,10 +311,18 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
   return (result, state.trace) if return_trace else result
 
 
-def ngram_drafter(source: jax.Array | None = None, ngram: int = 2) -> PrefixDrafter:
+def ngram_drafter(source: jax.Array | None = None, ngram: int = 2, recent: jax.Array | None = None) -> PrefixDrafter:
   """Prompt-lookup drafts (drafts.lookup_drafts): what followed the row's last `ngram` committed tokens
   earlier in its output, else in its source ids (int32 [B, S], optional: names and numbers a translation
-  copies)."""
+  copies) or in `recent` (int32 [M], optional: the outputs of the sentences translated before this batch,
+  each followed by EOS, oldest first, PAD-filled in front; every row searches it after its own output, and a
+  match there wins over one in the source, the latest match first, as in benchmarks/lookup_probe.py)."""
+  if recent is not None:
+    if source is None:
+      raise ValueError('recent outputs are searched with the source: give both')
+    # One pool per row, built once outside the decoding loop: the source, then the shared recent outputs.
+    recent = jnp.broadcast_to(jnp.asarray(recent, jnp.int32)[None, :], (source.shape[0], recent.shape[-1]))
+    source = jnp.concatenate([jnp.asarray(source, jnp.int32), recent], axis=1)
   return lambda tokens, end, width: drafts.lookup_drafts(tokens, end, width, ngram, source)
 
 

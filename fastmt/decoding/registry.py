@@ -28,6 +28,9 @@ class Algorithm:
   objectives: tuple[str, ...] = ('at', 'hrt', 'selfdraft')
   default_beam_size: int = 1  # beam size when the caller gives none
   uses_source: Callable[[Any], bool] = lambda settings: False
+  # With it, run also takes recent= int32 [M]: the outputs of the sentences translated before this batch
+  # (drafts.remember_outputs), for drafts that copy from them.
+  uses_recent_outputs: Callable[[Any], bool] = lambda settings: False
   # With it, run also takes draft_model= a decoding.draft_model.DraftModel (a separate drafter's step and cache).
   uses_draft_model: Callable[[Any], bool] = lambda settings: False
 
@@ -128,7 +131,7 @@ def uses_draft_table(settings) -> bool:
   return needs_draft_table(settings) or (settings.algorithm == 'spec' and settings.drafter == 'ngram')
 
 
-def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None, draft_model=None):
+def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None, draft_model=None, recent=None):
   if s.drafter == 'model' and draft_model is None:
     raise FastmtError('--drafter model needs a drafter model (decode.py --drafter_workdir; draft_model= in fastmt)')
   mask_id = None
@@ -140,7 +143,7 @@ def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None, dra
   initializer = jacobi.chain_initializer(draft_table) if use_table else jacobi.pad_initializer
   # ngram: where a lookup finds something its drafts replace the next window's guesses; elsewhere Jacobi's own
   # guesses stand (the window's unverified predictions, shifted; the initializer's for new positions).
-  drafter = jacobi.ngram_drafter(source) if s.drafter == 'ngram' else None
+  drafter = jacobi.ngram_drafter(source, recent=recent) if s.drafter == 'ngram' else None
   return jacobi.pgj_decode(step_fn, cache, batch, max_len, s.block_size, initializer=initializer, row_caps=caps,
                            mask_id=mask_id, drafter=drafter, draft_model=draft_model)
 
@@ -188,7 +191,8 @@ ALGORITHMS = {
                      check=_check_jacobi),
     # Exact speculative decoding: the drafter's guesses verified by Jacobi's commit rule (= greedy's output).
     'spec': Algorithm(run=_spec, cache_length=_spec_cache, check=_check_spec,
-                      uses_source=lambda s: s.drafter == 'ngram', uses_draft_model=lambda s: s.drafter == 'model'),
+                      uses_source=lambda s: s.drafter == 'ngram', uses_draft_model=lambda s: s.drafter == 'model',
+                      uses_recent_outputs=lambda s: s.drafter == 'ngram' and s.ngram_memory > 0),
 }
 
 
@@ -198,7 +202,8 @@ def get(name: str) -> Algorithm:
   return ALGORITHMS[name]
 
 
-_WHOLE_NUMBER_SETTINGS = ('beam_size', 'block_size', 'parallel_length', 'dedup_ngram', 'chunk_size', 'nat_beam_size')
+_WHOLE_NUMBER_SETTINGS = ('beam_size', 'block_size', 'parallel_length', 'dedup_ngram', 'chunk_size', 'nat_beam_size',
+                          'ngram_memory')
 _NAME_SETTINGS = ('algorithm', 'jacobi_init', 'drafter')
 
 
@@ -221,6 +226,12 @@ def validate(settings) -> None:
   alpha = settings.alpha
   if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not math.isfinite(alpha) or alpha < 0:
     raise FastmtError(f'alpha (the beam search length penalty) must be a number >= 0, got {alpha!r}')
+  if settings.ngram_memory < 0:
+    raise FastmtError(f'ngram_memory must be >= 0 (0 = off), got {settings.ngram_memory}')
+  if settings.ngram_memory and not (settings.algorithm == 'spec' and settings.drafter == 'ngram'):
+    raise FastmtError(f'ngram_memory ({settings.ngram_memory} tokens of earlier outputs) drafts for --algorithm spec '
+                      f'--drafter ngram only, not --algorithm {settings.algorithm}'
+                      + (f' --drafter {settings.drafter}' if settings.algorithm == 'spec' else ''))
   get(settings.algorithm).check(settings)
 
 
