@@ -45,14 +45,19 @@ def last_steps(workdir: str, last: int, up_to='latest') -> list[int]:
     raise FastmtError("--checkpoint best is one checkpoint; average the last steps ('latest' or a step)")
   if not os.path.isdir(os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)):
     raise MissingError(f'No checkpoint under {os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)}')
-  steps = sorted(workdir_lib.checkpoint_manager(workdir).all_steps())
+  kept = sorted(workdir_lib.checkpoint_manager(workdir).all_steps())
+  steps = kept
   if up_to != 'latest':
-    if up_to not in steps:
-      raise MissingError(f'{workdir!r} has no checkpoint step {up_to}; it has steps {steps}')
-    steps = [s for s in steps if s <= up_to]
+    if up_to not in kept:
+      raise MissingError(f'{workdir!r} has no checkpoint step {up_to}; it has steps {kept}')
+    steps = [s for s in kept if s <= up_to]
   if len(steps) < last:
+    if len(steps) < len(kept):  # the later steps exist: the cut, not the run, leaves too few
+      raise FastmtError(f'{workdir} keeps {len(steps)} checkpoint{"s" * (len(steps) != 1)} up to step {up_to} '
+                        f'({steps}; all kept: {kept}), fewer than the {last} to average: average up to a later '
+                        f'step, or fewer steps (--last {len(steps)})')
     raise FastmtError(f'{workdir} keeps {len(steps)} checkpoints ({steps}), fewer than the {last} to average; '
-                     'train with a larger --config.max_checkpoints_to_keep')
+                      'train with a larger --config.max_checkpoints_to_keep')
   return steps[-last:]
 
 

@@ -19,25 +19,29 @@ def parse_flags_or_exit(argv):
   try:
     return flags.FLAGS(argv)
   except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
-    key = _missing_key(e)
+    key, hint = _missing_key(e)
     overrides = [a.split('=', 1)[0] for a in argv if a.startswith('--config.')]
     named = [o for o in overrides if key in o.split('.')[1:]]
+    hint = f' ({hint[0].lower()}{hint[1:]})' if hint else ''
     if named:  # ml_collections: an override of a key the (locked) config does not have
-      sys.exit(f'{argv[0]}: bad config override {", ".join(named)}: the config has no key {key!r}')
+      sys.exit(f'{argv[0]}: bad config override {", ".join(named)}: the config has no key {key!r}{hint}')
     if key is not None:  # a KeyError of the config file itself
-      sys.exit(f'{argv[0]}: bad config: KeyError {key!r} while loading it')
+      sys.exit(f'{argv[0]}: bad config: KeyError {key!r} while loading it{hint}')
     sys.exit(f'{argv[0]}: bad flag or config override: {one_line_message(e)}')
 
 
-def _missing_key(error: BaseException) -> str | None:
-  """The key of a KeyError anywhere in the exception's chain (absl wraps ml_collections' own), else None."""
+def _missing_key(error: BaseException) -> tuple[str | None, str]:
+  """(the key of a KeyError anywhere in the exception's chain (absl wraps ml_collections' own), else None;
+  ml_collections' suggestion after it, such as 'Did you mean "emb_dim" instead of "emb_dimm"?', else '')."""
   seen = set()
   while error is not None and id(error) not in seen:
     seen.add(id(error))
     if isinstance(error, KeyError):
-      return str(error.args[0]).strip('\'"') if error.args else ''
+      text = str(error.args[0]).replace('\\n', '\n').replace("\\'", "'") if error.args else ''
+      key, _, hint = text.partition('\n')
+      return key.strip('\'"'), ' '.join(hint.split())
     error = error.__cause__ or error.__context__
-  return None
+  return None, ''
 
 
 def one_line_message(error: Exception) -> str:

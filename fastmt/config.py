@@ -31,6 +31,9 @@ class ModelConfig:
       raise FastmtError(f'emb_dim {self.emb_dim} must be even and divisible by num_heads {self.num_heads}')
     if self.num_directions < 0:
       raise FastmtError(f'num_directions must be >= 0, got {self.num_directions}')
+    if isinstance(self.dropout_rate, bool) or not isinstance(self.dropout_rate, (int, float)) or \
+        not 0 <= self.dropout_rate < 1:  # flax's Dropout zeroes everything at a rate of 1 or more, without a word
+      raise FastmtError(f'dropout_rate must be a number in [0, 1), got {self.dropout_rate!r}')
     try:
       floating = jnp.issubdtype(jnp.dtype(self.dtype), jnp.floating)
     except TypeError:

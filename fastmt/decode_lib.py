@@ -14,6 +14,7 @@ import os
 import stat
 import statistics
 import sys
+import tempfile
 import time
 from typing import Iterator
 
@@ -211,8 +212,19 @@ def load_draft_table(workdir: str) -> np.ndarray:
   tokenizer = workdir_lib.load_tokenizer(workdir)
   targets = corpus.load_split(config.dataset, corpus.training_split(config.dataset)).targets
   table = drafts.bigram_table(tokenizer.encode(targets), tokenizer.vocab_size)
-  np.save(path + '.tmp.npy', table)
-  os.replace(path + '.tmp.npy', path)
+  # A cache only: a work directory that cannot be written (read-only, shared) decodes all the same. Its own
+  # temporary name, so two processes building it at once never write one file.
+  temporary = None
+  try:
+    handle, temporary = tempfile.mkstemp(dir=workdir, prefix='.' + DRAFT_TABLE_FILE, suffix='.npy')
+    with os.fdopen(handle, 'wb') as f:
+      np.save(f, table)
+    os.replace(temporary, path)
+  except OSError as e:
+    logging.warning('The bigram draft table is not cached in %s (%s): the next decode builds it again', workdir,
+                    e.strerror or e)
+    if temporary and os.path.exists(temporary):
+      os.remove(temporary)
   return table
 
 

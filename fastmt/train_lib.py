@@ -11,6 +11,8 @@ same steps as an uninterrupted one. Multi-host: call `jax.distributed.initialize
 import functools
 import json
 import logging
+import math
+import numbers
 import os
 import sys
 import time
@@ -269,11 +271,29 @@ def check_training_settings(config) -> None:
   ZeroDivisionError after its first compiled step, warmup_steps=0 to train NaN weights (0 / 0 in the
   schedule) without a word."""
   for name in ('num_train_steps', 'warmup_steps', 'tokens_per_batch', 'log_every_steps', 'eval_every_steps',
-               'checkpoint_every_steps'):
+               'checkpoint_every_steps', 'max_checkpoints_to_keep'):
     value = config.get(name)
     if not is_whole_number(value) or value < 1:
-      why = ' (the inverse-square-root decay is measured from it)' if name == 'warmup_steps' else ''
-      raise FastmtError(f'config.{name} must be a whole number >= 1, got {value!r}{why}')
+      why = {'warmup_steps': ' (the inverse-square-root decay is measured from it)',
+             'max_checkpoints_to_keep': ' (0 kept none: the run would end with nothing to decode or resume)'}
+      raise FastmtError(f'config.{name} must be a whole number >= 1, got {value!r}{why.get(name, "")}')
+  # The optimiser's rates: a negative learning rate trains away from the data, without a word.
+  for name, lowest, above in (('learning_rate', 0, True), ('weight_decay', 0, False), ('grad_clip_norm', 0, True),
+                              ('label_smoothing', 0, False), ('cooldown_fraction', 0, False)):
+    value = config.get(name)
+    if value is None:  # an older config without the field: the code's default
+      continue
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or \
+        value < lowest or (above and value == lowest):
+      raise FastmtError(f'config.{name} must be a number {">" if above else ">="} {lowest}, got {value!r}')
+  for name in ('label_smoothing', 'cooldown_fraction'):
+    if (config.get(name) or 0) >= 1:
+      raise FastmtError(f'config.{name} must be below 1, got {config.get(name)!r}')
+  init_from = config.get('init_from')
+  if init_from and not workdir_lib.has_checkpoints(init_from):
+    what = 'no work directory' if not os.path.isdir(init_from) else 'a directory without checkpoints'
+    raise FastmtError(f'config.init_from {init_from!r} is {what}: it names the train.py work directory whose '
+                      'latest checkpoint (and vocabulary) fine-tuning starts from')
   corpus.training_split(config.dataset)  # a split reaching into validation or test is refused here
 
 

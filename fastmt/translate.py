@@ -131,6 +131,15 @@ def transposed_output_layout(params):
   return np.ascontiguousarray(np.asarray(embed['embedding'], np.float32).T)
 
 
+def _stats_or_new(stats) -> TranslationStats:
+  """The caller's TranslationStats to add to, or a new one; anything else is a clear error."""
+  if stats is None:
+    return TranslationStats()
+  if not isinstance(stats, TranslationStats):
+    raise FastmtError(f'stats must be a fastmt TranslationStats (or None), got {type(stats).__name__}')
+  return stats
+
+
 def output_cap(config: ModelConfig, source_length: int, settings: DecodeSettings) -> int:
   """Output tokens (EOS included) allowed for a source of source_length tokens (EOS included)."""
   return min(config.max_length, int(math.ceil(settings.output_length_ratio * source_length)) + 8)
@@ -458,7 +467,7 @@ class Translator:
     With --drafter ngram and ngram_memory, the drafts also come from the outputs of this stream's earlier
     batches (a fresh memory per call: one call's speed never depends on what an earlier call translated).
     """
-    stats = TranslationStats() if stats is None else stats
+    stats = _stats_or_new(stats)
     lines = iter(texts)
     first_line = 1
     recent = [np.full((self.recent_size,), PAD_ID, np.int32)] if self.recent_size else None
@@ -482,7 +491,7 @@ class Translator:
   def translate_ids(self, texts: list[str], batch_size: int = 32, stats: TranslationStats | None = None):
     """(output ids per input, statistics): the ids up to EOS, without it; empty for empty inputs. `stats`
     (new if None) is added to."""
-    stats = TranslationStats() if stats is None else stats
+    stats = _stats_or_new(stats)
     return list(self.iter_ids(texts, batch_size, stats, chunk_sentences=max(1, len(texts)))), stats
 
   def translate(self, texts: list[str], batch_size: int = 32,

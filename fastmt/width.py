@@ -70,6 +70,19 @@ class AutoWidthTranslator:
     return self.choices[batch_size][0]
 
   def _choose(self, batch_size: int):
+    # The calibration sentences are not the user's: their warnings (outputs at the cap, truncated lines) would
+    # contradict the user's own report, so they are silenced while timing.
+    silenced = logging.root.manager.disable
+    logging.disable(max(silenced, logging.WARNING))
+    try:
+      chosen, medians, seconds, sentences = self._timed_choice(batch_size)
+    finally:
+      logging.disable(silenced)
+    self.log(f'spec:auto at batch {batch_size}: width {chosen} (median s per pass of {sentences} '
+             f'calibration sentences: ' + ', '.join(f'W={w} {s:.3f}' for w, s in medians.items()) + ')')
+    return chosen, medians, seconds
+
+  def _timed_choice(self, batch_size: int):
     began = self.clock()
     sentences = self.calibration[:max(self.min_sentences, 2 * batch_size)]
     for translator in self.translators.values():
@@ -84,9 +97,7 @@ class AutoWidthTranslator:
     medians = {width: statistics.median(t) for width, t in times.items()}
     fastest = min(medians, key=medians.get)
     chosen = fastest if medians[fastest] < (1 - self.margin) * medians[1] else 1
-    self.log(f'spec:auto at batch {batch_size}: width {chosen} (median s per pass of {len(sentences)} '
-             f'calibration sentences: ' + ', '.join(f'W={w} {s:.3f}' for w, s in medians.items()) + ')')
-    return chosen, medians, self.clock() - began
+    return chosen, medians, self.clock() - began, len(sentences)
 
   def translate(self, texts, batch_size: int = 32):
     """(hypotheses, TranslationStats) of the width chosen for this batch size."""

@@ -44,6 +44,10 @@ def test_averaged_workdir_holds_the_mean_of_the_last_checkpoints_and_decodes(tra
 def test_averaging_more_checkpoints_than_kept_is_one_clear_error(trained_workdir):
   with pytest.raises(ValueError, match='fewer than the 99'):
     checkpoint_average.last_steps(trained_workdir, 99)
+  first = min(workdir_lib.checkpoint_manager(trained_workdir).all_steps())
+  # Up to the earliest kept step the run keeps more checkpoints after it: the advice is the step, not retraining.
+  with pytest.raises(ValueError, match=f'up to step {first} .*average up to a later step, or fewer steps'):
+    checkpoint_average.last_steps(trained_workdir, 2, first)
 
 
 def test_bfloat16_inference_casts_matrices_only_and_keeps_float32_logits(trained_workdir):

@@ -97,6 +97,8 @@ def test_an_unknown_objective_or_config_key_is_one_line(tmp_path):
       ('tiny', '--config.objective=nat', "Unknown training objective 'nat'"),
       ('tiny', '--config.model.heads=3', "--config.model.heads: the config has no key 'heads'"),
       ('tiny', '--config.nosuch=1', "--config.nosuch: the config has no key 'nosuch'"),
+      ('tiny', '--config.model.emb_dimm=64',  # ml_collections' suggestion, on the same line
+       '--config.model.emb_dimm: the config has no key \'emb_dimm\' (did you mean "emb_dim" instead of "emb_dimm"?)'),
       ('tiny', '--nosuchflag', "Unknown command line flag 'nosuchflag'"),
       ('nosuchconfig', '--config.seed=1', "no config file 'nosuchconfig', and no shipped config of that name"),
       ('quickstart:zzz', '--config.seed=1', 'get_config() takes 0 positional arguments'),

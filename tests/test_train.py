@@ -192,7 +192,8 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_step_before(trained_workdi
 
 
 @pytest.mark.parametrize('key, value', [('warmup_steps', 0), ('checkpoint_every_steps', 0), ('eval_every_steps', -1),
-                                        ('log_every_steps', 0), ('tokens_per_batch', 0), ('num_train_steps', 0)])
+                                        ('log_every_steps', 0), ('tokens_per_batch', 0), ('num_train_steps', 0),
+                                        ('max_checkpoints_to_keep', 0)])
 def test_training_counts_are_checked_before_anything_is_written(tiny_config, tmp_path, key, value):
   """warmup_steps=0 trained NaN weights (0 / 0 in the schedule), a zero interval died after the first step."""
   bad = tiny_config.copy_and_resolve_references()
@@ -200,6 +201,35 @@ def test_training_counts_are_checked_before_anything_is_written(tiny_config, tmp
   with pytest.raises(FastmtError, match=f'config.{key} must be a whole number >= 1'):
     train_lib.train_and_evaluate(bad, str(tmp_path / 'run'))
   assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('key, value, message', [
+    ('learning_rate', -1.0, 'config.learning_rate must be a number > 0'),
+    ('learning_rate', 0.0, 'config.learning_rate must be a number > 0'),
+    ('weight_decay', -0.1, 'config.weight_decay must be a number >= 0'),
+    ('grad_clip_norm', float('nan'), 'config.grad_clip_norm must be a number > 0'),
+    ('label_smoothing', 1.0, 'config.label_smoothing must be below 1'),
+    ('cooldown_fraction', -0.5, 'config.cooldown_fraction must be a number >= 0'),
+    ('model.dropout_rate', 1.5, 'dropout_rate must be a number in \\[0, 1\\)'),
+    ('init_from', '/nonexistent/run', "config.init_from '/nonexistent/run' is no work directory"),
+])
+def test_bad_rates_and_a_missing_initial_model_are_refused_before_anything_is_written(tiny_config, tmp_path, key,
+                                                                                      value, message):
+  """dropout_rate=1.5 trained (flax zeroes every activation) and a negative learning rate trained away from the
+  data without a word; a missing init_from was a FileNotFoundError traceback from the tokenizer."""
+  bad = tiny_config.copy_and_resolve_references()
+  if key.startswith('model.'):
+    bad.model[key[len('model.'):]] = value
+  else:
+    bad[key] = value
+  with pytest.raises(FastmtError, match=message):
+    train_lib.train_and_evaluate(bad, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+  (tmp_path / 'empty').mkdir()
+  if key == 'init_from':
+    bad.init_from = str(tmp_path / 'empty')
+    with pytest.raises(FastmtError, match='is a directory without checkpoints'):
+      train_lib.train_and_evaluate(bad, str(tmp_path / 'run'))
 
 
 def test_a_training_split_reaching_into_the_test_set_is_refused_before_anything_is_written(tiny_config, tmp_path):

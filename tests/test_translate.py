@@ -216,6 +216,52 @@ def test_decode_cli_as_the_readme_runs_it_stdin_and_stdout_redirected_to_files(t
   assert len(lines) == 4 and lines[1] == '' and lines[3] == ''  # three lines in, three out, in order
 
 
+def test_decode_cli_says_which_flags_do_nothing_and_refuses_clusters_that_are_not_there(trained_workdir, tmp_path):
+  """--beam_size with greedy, --drafter with pgj ... were silently ignored; a --clusters path the user names
+  that holds no clusters fell back to the dense projection with a warning only."""
+  run = lambda *flags: subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir,
+                                       '--progress=false', *flags], input='God\n', capture_output=True, text=True,
+                                      cwd=REPO)
+  result = run('--beam_size', '4', '--drafter', 'ngram', '--clusters', str(tmp_path))
+  assert result.returncode == 0 and result.stdout.count('\n') == 1, result.stderr
+  assert '--beam_size has no effect with --algorithm greedy (it acts on --algorithm beam, ib, hrt)' in result.stderr
+  assert '--drafter has no effect with --algorithm greedy' in result.stderr
+  assert '--clusters has no effect without --projection clustered' in result.stderr
+  assert 'no effect' not in run('--algorithm', 'beam', '--beam_size', '2').stderr
+  result = run('--projection', 'clustered', '--clusters', str(tmp_path / 'none'))
+  assert result.returncode != 0 and 'no clusters there' in result.stderr and 'Traceback' not in result.stderr
+
+
+def test_bad_api_arguments_say_what_to_use_instead(trained_workdir):
+  import fastmt  # pylint: disable=g-import-not-at-top
+  model = fastmt.load(trained_workdir)
+  with pytest.raises(fastmt.FastmtError, match='stats must be a fastmt TranslationStats .*got dict'):
+    model.translate(['God'], stats={})
+  with pytest.raises(fastmt.FastmtError, match='model.choose_width'):
+    model.translate(['God'], algorithm='spec', drafter='ngram', block_size='auto')
+  with pytest.raises(fastmt.FastmtError, match='use --drafter ngram .*model .*bigram or pad'):
+    model.translate(['God'], algorithm='spec')
+
+
+def test_the_draft_table_decodes_where_the_work_directory_cannot_be_written(trained_workdir, tmp_path,
+                                                                             monkeypatch, caplog):
+  """The bigram table is a cache in the work directory: a read-only one (a shared model) still decodes."""
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'copy'
+  shutil.copytree(trained_workdir, workdir, ignore=shutil.ignore_patterns(decode_lib.DRAFT_TABLE_FILE))
+
+  def refuse(*args, **kwargs):
+    raise OSError(30, 'Read-only file system')
+  monkeypatch.setattr(decode_lib.tempfile, 'mkstemp', refuse)
+  table = decode_lib.load_draft_table(str(workdir))
+  assert table.shape == (workdir_lib.load_model_config(str(workdir)).vocab_size,)
+  assert 'not cached' in caplog.text and sorted(os.listdir(workdir)) == sorted(
+      p for p in os.listdir(trained_workdir) if p != decode_lib.DRAFT_TABLE_FILE)
+  monkeypatch.undo()
+  np.testing.assert_array_equal(decode_lib.load_draft_table(str(workdir)), table)
+  assert (workdir / decode_lib.DRAFT_TABLE_FILE).exists() and not any(p.startswith('.') for p in os.listdir(workdir))
+
+
 def test_decode_cli_unknown_flag_is_one_line(trained_workdir):
   result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--algoritm=pj'],
                           capture_output=True, text=True, cwd=REPO)

@@ -85,6 +85,23 @@ def define_flags():
   flags.DEFINE_bool('progress', True, 'Show progress on stderr (a bar on a terminal, log lines otherwise).')
 
 
+# The algorithms each decoding flag acts on: given with another one, it is said, not silently ignored.
+_FLAG_ALGORITHMS = {'beam_size': ('beam', 'ib', 'hrt'), 'alpha': ('beam', 'ib', 'hrt'),
+                    'block_size': ('pgj', 'hgj', 'spec'), 'parallel_length': ('hgj',),
+                    'jacobi_init': ('pj', 'pgj', 'hgj'), 'dedup_ngram': ('ib',), 'chunk_size': ('hrt',),
+                    'nat_beam_size': ('hrt',), 'drafter': ('spec',), 'ngram_memory': ('spec',)}
+
+
+def _warn_of_unused_flags() -> None:
+  """A warning for each decoding flag given on the command line that this --algorithm does not use."""
+  for name, algorithms in _FLAG_ALGORITHMS.items():
+    if FLAGS[name].present and FLAGS.algorithm not in algorithms:
+      logging.warning('--%s has no effect with --algorithm %s (it acts on --algorithm %s)', name, FLAGS.algorithm,
+                      ', '.join(algorithms))
+  if FLAGS['clusters'].present and FLAGS.projection != 'clustered':
+    logging.warning('--clusters has no effect without --projection clustered')
+
+
 def main(argv):
   from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
   from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
@@ -103,8 +120,15 @@ def main(argv):
                             jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram,
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
                             drafter=FLAGS.drafter, ngram_memory=FLAGS.ngram_memory)
+  _warn_of_unused_flags()
   # Before the model loads: a mistyped path or setting costs nothing.
   decode_lib.check_paths(FLAGS.input, FLAGS.output, FLAGS.reference, FLAGS.metrics_json, FLAGS.input_errors)
+  if FLAGS.projection == 'clustered' and FLAGS.clusters:  # a path the user names must hold clusters (only the
+    # default per-direction path falls back to the dense projection: a multilingual model's other directions)
+    from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
+    if not os.path.isfile(os.path.join(FLAGS.clusters, clusters_lib.METADATA)):
+      raise FastmtError(f'--clusters {FLAGS.clusters}: no clusters there (no {clusters_lib.METADATA}; make them with '
+                        'fastmt-clusters)')
   if FLAGS.ddgviz:
     if not os.path.isfile(FLAGS.input):
       raise FastmtError('--ddgviz reads its sentences from --input again after translating: give a file, not '

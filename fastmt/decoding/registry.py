@@ -211,7 +211,11 @@ def check_whole_number(name: str, value) -> None:
   """A count (a batch or beam size ...) must be an int: 2.5 or '4' is a clear error here, not a TypeError deep
   inside JAX. numpy integers count; bools do not."""
   if not step.is_whole_number(value):
-    raise FastmtError(f'{name} must be a whole number, got {value!r} ({type(value).__name__})')
+    hint = ''
+    if name == 'block_size' and isinstance(value, str) and value.strip() == 'auto':  # decode.py's spelling
+      hint = (': in Python, model.choose_width(batch_size, drafter=...) times the widths and returns the fastest, '
+              'to translate with as block_size')
+    raise FastmtError(f'{name} must be a whole number, got {value!r} ({type(value).__name__}){hint}')
 
 
 def validate(settings) -> None:
@@ -253,7 +257,8 @@ def check_drafter(settings, objective: str) -> None:
   """A clear error where _drafter_fits does not hold."""
   if not _drafter_fits(settings, objective):
     raise FastmtError(f"--drafter self needs a model trained with the selfdraft objective (configs/selfdraft.py); "
-                      f"this model was trained with {objective!r}: use --drafter bigram or pad")
+                      f"this model was trained with {objective!r}: use --drafter ngram (any model, no training), model (a "
+                      "separate drafter: --drafter_workdir), bigram or pad")
 
 
 def check_objective(algorithm: str, objective: str) -> None:
