@@ -85,6 +85,8 @@ class TranslationStats:
   batches: int = 0
   padding_rows: int = 0  # rows that only pad a batch to its static shape (done from the start)
   compile_seconds: float = 0.0  # time spent compiling new (batch rows, source bucket) shapes
+  # Input line numbers (1-based) of the first outputs at the cap, for the warning: a user can look at them.
+  lines_at_cap: list = dataclasses.field(default_factory=list)
 
 
 def make_step_fn(model: models.Transformer, params, memory, clusters=None, output_projection=None):
@@ -129,6 +131,9 @@ def transposed_output_layout(params):
       layout['packed'], layout['colsum'] = kernels.pack_weights(layout['values'])
     return layout
   return np.ascontiguousarray(np.asarray(embed['embedding'], np.float32).T)
+
+
+_LINES_AT_CAP_NAMED = 10  # the cap warning names this many input lines at most
 
 
 def _stats_or_new(stats) -> TranslationStats:
@@ -449,7 +454,11 @@ class Translator:
       stats.padding_rows += source.shape[0] - real
       stats.decoder_calls += int(result.decoder_calls[:real].sum())
       stats.loop_iterations += int(result.loop_iterations)
-      stats.outputs_at_cap += int((~(tokens == EOS_ID).any(-1)).sum())
+      at_cap = ~(tokens == EOS_ID).any(-1)
+      stats.outputs_at_cap += int(at_cap.sum())
+      room = _LINES_AT_CAP_NAMED - len(stats.lines_at_cap)
+      if room > 0:
+        stats.lines_at_cap.extend(sorted(first_line + nonempty[i] for i, cut in zip(indices, at_cap) if cut)[:room])
       stats.output_tokens += int(((tokens != PAD_ID) & (tokens != EOS_ID)).sum())
       finished = {}
       for i, row in zip(indices, tokens):
@@ -480,7 +489,10 @@ class Translator:
           next_index += 1
       first_line += len(chunk)
     if stats.outputs_at_cap:
-      logging.warning('%d outputs reached the output cap without EOS', stats.outputs_at_cap)
+      named = sorted(stats.lines_at_cap)
+      more = ', ...' if stats.outputs_at_cap > len(named) else ''
+      logging.warning('%d outputs reached the output cap without EOS (input line%s %s%s)', stats.outputs_at_cap,
+                      's' * (stats.outputs_at_cap > 1), ', '.join(map(str, named)), more)
 
   def translate_iter(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
                      chunk_sentences: int = 4096) -> Iterator[str]:

@@ -338,6 +338,16 @@ def test_the_truncation_warning_names_the_input_line_counting_blank_lines(model_
   assert 'Input line 4 has' in caplog.text
 
 
+def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):
+  """The tiny model repeats itself: at a cap of 9 tokens its outputs stop there; the warning says where."""
+  translator = Translator(*model_parts, DecodeSettings(output_length_ratio=0.01))
+  texts = ['', 'God', '', 'And God said, Let there be light.', 'And the evening and the morning were the first day.']
+  ids, stats = translator.translate_ids(texts, batch_size=2)
+  at_cap = [i + 1 for i, out in enumerate(ids) if len(out) == 9]  # 9 tokens, no EOS: the cap
+  assert at_cap and stats.outputs_at_cap == len(at_cap) and sorted(stats.lines_at_cap) == at_cap
+  assert f'input line{"s" * (len(at_cap) > 1)} {", ".join(map(str, at_cap))})' in caplog.text
+
+
 def test_decode_cli_blank_and_huge_lines_keep_their_places(trained_workdir, tmp_path):
   src = tmp_path / 'src.txt'
   src.write_text('\n\n' + 'light ' * 20000 + '\nGod\n\n', encoding='utf-8')  # a 120k-character line
