@@ -207,7 +207,10 @@ def load_draft_table(workdir: str) -> np.ndarray:
   """
   path = os.path.join(workdir, DRAFT_TABLE_FILE)
   if os.path.exists(path):
-    return np.load(path)
+    try:
+      return np.load(path)
+    except (OSError, ValueError) as e:  # unreadable here (another user's 0600 file) or cut short: rebuilt
+      logging.warning('The cached bigram draft table %s does not load (%s): built again', path, e)
   config = workdir_lib.load_train_config(workdir)
   tokenizer = workdir_lib.load_tokenizer(workdir)
   targets = corpus.load_split(config.dataset, corpus.training_split(config.dataset)).targets
@@ -219,12 +222,16 @@ def load_draft_table(workdir: str) -> np.ndarray:
     handle, temporary = tempfile.mkstemp(dir=workdir, prefix='.' + DRAFT_TABLE_FILE, suffix='.npy')
     with os.fdopen(handle, 'wb') as f:
       np.save(f, table)
+    os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide the cache from the directory's other users
     os.replace(temporary, path)
   except OSError as e:
     logging.warning('The bigram draft table is not cached in %s (%s): the next decode builds it again', workdir,
                     e.strerror or e)
     if temporary and os.path.exists(temporary):
-      os.remove(temporary)
+      try:
+        os.remove(temporary)
+      except OSError:
+        pass
   return table
 
 

@@ -273,6 +273,8 @@ def check_training_settings(config) -> None:
   for name in ('num_train_steps', 'warmup_steps', 'tokens_per_batch', 'log_every_steps', 'eval_every_steps',
                'checkpoint_every_steps', 'max_checkpoints_to_keep'):
     value = config.get(name)
+    if name == 'max_checkpoints_to_keep' and value is None:  # orbax's max_to_keep=None: keep every checkpoint
+      continue
     if not is_whole_number(value) or value < 1:
       why = {'warmup_steps': ' (the inverse-square-root decay is measured from it)',
              'max_checkpoints_to_keep': ' (0 kept none: the run would end with nothing to decode or resume)'}
@@ -286,9 +288,10 @@ def check_training_settings(config) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or \
         value < lowest or (above and value == lowest):
       raise FastmtError(f'config.{name} must be a number {">" if above else ">="} {lowest}, got {value!r}')
-  for name in ('label_smoothing', 'cooldown_fraction'):
-    if (config.get(name) or 0) >= 1:
-      raise FastmtError(f'config.{name} must be below 1, got {config.get(name)!r}')
+  if (config.get('label_smoothing') or 0) >= 1:
+    raise FastmtError(f'config.label_smoothing must be below 1, got {config.get("label_smoothing")!r}')
+  if (config.get('cooldown_fraction') or 0) > 1:  # 1: warm-up, then a linear decay over the whole run
+    raise FastmtError(f'config.cooldown_fraction must be at most 1, got {config.get("cooldown_fraction")!r}')
   init_from = config.get('init_from')
   if init_from and not workdir_lib.has_checkpoints(init_from):
     what = 'no work directory' if not os.path.isdir(init_from) else 'a directory without checkpoints'

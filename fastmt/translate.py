@@ -85,8 +85,6 @@ class TranslationStats:
   batches: int = 0
   padding_rows: int = 0  # rows that only pad a batch to its static shape (done from the start)
   compile_seconds: float = 0.0  # time spent compiling new (batch rows, source bucket) shapes
-  # Input line numbers (1-based) of the first outputs at the cap, for the warning: a user can look at them.
-  lines_at_cap: list = dataclasses.field(default_factory=list)
 
 
 def make_step_fn(model: models.Transformer, params, memory, clusters=None, output_projection=None):
@@ -430,11 +428,12 @@ class Translator:
                                             self.draft_table, self.output_projection, self.drafter, recent))
 
   def _decode_chunk(self, texts, batch_size: int, stats: TranslationStats, first_line: int,
-                    recent: list | None = None) -> Iterator[dict]:
+                    recent: list | None = None, lines_at_cap: list | None = None) -> Iterator[dict]:
     """Decodes a chunk of lines; after every batch yields {index in chunk: output ids} of what finished.
 
     recent: [int32 [ngram_memory]] (a one-item list, updated in place after every batch) where the decoder
-    drafts from earlier outputs, else None.
+    drafts from earlier outputs, else None. lines_at_cap: the input line numbers of outputs at the cap are
+    added to it (the first _LINES_AT_CAP_NAMED of the call), for the warning.
     """
     for i, t in enumerate(texts):
       if not isinstance(t, str):
@@ -456,9 +455,9 @@ class Translator:
       stats.loop_iterations += int(result.loop_iterations)
       at_cap = ~(tokens == EOS_ID).any(-1)
       stats.outputs_at_cap += int(at_cap.sum())
-      room = _LINES_AT_CAP_NAMED - len(stats.lines_at_cap)
-      if room > 0:
-        stats.lines_at_cap.extend(sorted(first_line + nonempty[i] for i, cut in zip(indices, at_cap) if cut)[:room])
+      if lines_at_cap is not None and len(lines_at_cap) < _LINES_AT_CAP_NAMED:
+        lines_at_cap.extend(sorted(first_line + nonempty[i] for i, cut in zip(indices, at_cap) if cut)
+                            [:_LINES_AT_CAP_NAMED - len(lines_at_cap)])
       stats.output_tokens += int(((tokens != PAD_ID) & (tokens != EOS_ID)).sum())
       finished = {}
       for i, row in zip(indices, tokens):
@@ -480,19 +479,21 @@ class Translator:
     lines = iter(texts)
     first_line = 1
     recent = [np.full((self.recent_size,), PAD_ID, np.int32)] if self.recent_size else None
+    at_cap_before, lines_at_cap = stats.outputs_at_cap, []  # the warning is this call's (stats may add up calls)
     while chunk := list(itertools.islice(lines, chunk_sentences)):
       ready, next_index = {}, 0
-      for finished in self._decode_chunk(chunk, batch_size, stats, first_line, recent):
+      for finished in self._decode_chunk(chunk, batch_size, stats, first_line, recent, lines_at_cap):
         ready.update(finished)
         while next_index in ready:
           yield ready.pop(next_index)
           next_index += 1
       first_line += len(chunk)
-    if stats.outputs_at_cap:
-      named = sorted(stats.lines_at_cap)
-      more = ', ...' if stats.outputs_at_cap > len(named) else ''
-      logging.warning('%d outputs reached the output cap without EOS (input line%s %s%s)', stats.outputs_at_cap,
-                      's' * (stats.outputs_at_cap > 1), ', '.join(map(str, named)), more)
+    at_cap = stats.outputs_at_cap - at_cap_before
+    if at_cap:
+      named = sorted(lines_at_cap)
+      more = ', ...' if at_cap > len(named) else ''
+      logging.warning('%d outputs reached the output cap without EOS (input line%s %s%s)', at_cap, 's' * (at_cap > 1),
+                      ', '.join(map(str, named)), more)
 
   def translate_iter(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
                      chunk_sentences: int = 4096) -> Iterator[str]:

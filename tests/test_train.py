@@ -210,6 +210,7 @@ def test_training_counts_are_checked_before_anything_is_written(tiny_config, tmp
     ('grad_clip_norm', float('nan'), 'config.grad_clip_norm must be a number > 0'),
     ('label_smoothing', 1.0, 'config.label_smoothing must be below 1'),
     ('cooldown_fraction', -0.5, 'config.cooldown_fraction must be a number >= 0'),
+    ('cooldown_fraction', 1.5, 'config.cooldown_fraction must be at most 1'),
     ('model.dropout_rate', 1.5, 'dropout_rate must be a number in \\[0, 1\\)'),
     ('init_from', '/nonexistent/run', "config.init_from '/nonexistent/run' is no work directory"),
 ])
@@ -230,6 +231,14 @@ def test_bad_rates_and_a_missing_initial_model_are_refused_before_anything_is_wr
     bad.init_from = str(tmp_path / 'empty')
     with pytest.raises(FastmtError, match='is a directory without checkpoints'):
       train_lib.train_and_evaluate(bad, str(tmp_path / 'run'))
+
+
+def test_settings_that_always_worked_still_pass_the_checks(tiny_config):
+  """max_checkpoints_to_keep=None is orbax's 'keep every checkpoint'; a cool-down over the whole run is a
+  schedule like any other."""
+  config = tiny_config.copy_and_resolve_references()
+  config.max_checkpoints_to_keep, config.cooldown_fraction, config.label_smoothing = None, 1.0, 0
+  train_lib.check_training_settings(config)
 
 
 def test_a_training_split_reaching_into_the_test_set_is_refused_before_anything_is_written(tiny_config, tmp_path):

@@ -259,7 +259,11 @@ def test_the_draft_table_decodes_where_the_work_directory_cannot_be_written(trai
       p for p in os.listdir(trained_workdir) if p != decode_lib.DRAFT_TABLE_FILE)
   monkeypatch.undo()
   np.testing.assert_array_equal(decode_lib.load_draft_table(str(workdir)), table)
-  assert (workdir / decode_lib.DRAFT_TABLE_FILE).exists() and not any(p.startswith('.') for p in os.listdir(workdir))
+  cached = workdir / decode_lib.DRAFT_TABLE_FILE
+  assert cached.exists() and not any(p.startswith('.') for p in os.listdir(workdir))
+  assert cached.stat().st_mode & 0o777 == 0o644  # readable by the directory's other users, as np.save's was
+  cached.write_bytes(b'cut short')  # a damaged cache is built again, not a traceback
+  np.testing.assert_array_equal(decode_lib.load_draft_table(str(workdir)), table)
 
 
 def test_decode_cli_unknown_flag_is_one_line(trained_workdir):
@@ -344,8 +348,12 @@ def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):
   texts = ['', 'God', '', 'And God said, Let there be light.', 'And the evening and the morning were the first day.']
   ids, stats = translator.translate_ids(texts, batch_size=2)
   at_cap = [i + 1 for i, out in enumerate(ids) if len(out) == 9]  # 9 tokens, no EOS: the cap
-  assert at_cap and stats.outputs_at_cap == len(at_cap) and sorted(stats.lines_at_cap) == at_cap
-  assert f'input line{"s" * (len(at_cap) > 1)} {", ".join(map(str, at_cap))})' in caplog.text
+  named = f'input line{"s" * (len(at_cap) > 1)} {", ".join(map(str, at_cap))})'
+  assert at_cap and stats.outputs_at_cap == len(at_cap) and f'{len(at_cap)} outputs reached' in caplog.text
+  assert named in caplog.text
+  caplog.clear()  # a second call adding to the same stats warns of its own lines only
+  translator.translate_ids(texts[3:4], batch_size=2, stats=stats)
+  assert '1 outputs reached the output cap without EOS (input line 1)' in caplog.text
 
 
 def test_decode_cli_blank_and_huge_lines_keep_their_places(trained_workdir, tmp_path):

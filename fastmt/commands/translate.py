@@ -52,7 +52,8 @@ def define_flags():
                     'The output equals greedy\'s whatever the drafter.')
   flags.DEFINE_integer('ngram_memory', 0, '--drafter ngram: also draft from the last N tokens of the outputs of '
                        'the input\'s earlier sentences (names and phrases a text repeats; 0 = the sentence\'s own '
-                       'output and source only).')
+                       'output and source only). --ddgviz draws and --speed_sentences times each sentence on '
+                       'its own, without the memory.')
   flags.DEFINE_string('drafter_workdir', None, '--drafter model: the drafter\'s work directory (a selfdraft model '
                       'sharing this model\'s vocabulary, e.g. configs/selfdraft.py:w4,drafter).')
   flags.DEFINE_integer('parallel_length', 0, 'HGJ parallel length l (0 = the output cap).')
@@ -88,7 +89,7 @@ def define_flags():
 # The algorithms each decoding flag acts on: given with another one, it is said, not silently ignored.
 _FLAG_ALGORITHMS = {'beam_size': ('beam', 'ib', 'hrt'), 'alpha': ('beam', 'ib', 'hrt'),
                     'block_size': ('pgj', 'hgj', 'spec'), 'parallel_length': ('hgj',),
-                    'jacobi_init': ('pj', 'pgj', 'hgj'), 'dedup_ngram': ('ib',), 'chunk_size': ('hrt',),
+                    'jacobi_init': ('pj', 'pgj', 'hgj', 'spec'), 'dedup_ngram': ('ib',), 'chunk_size': ('hrt',),
                     'nat_beam_size': ('hrt',), 'drafter': ('spec',), 'ngram_memory': ('spec',)}
 
 
