@@ -226,8 +226,8 @@ def test_bad_rates_and_a_missing_initial_model_are_refused_before_anything_is_wr
   with pytest.raises(FastmtError, match=message):
     train_lib.train_and_evaluate(bad, str(tmp_path / 'run'))
   assert not (tmp_path / 'run').exists()
-  (tmp_path / 'empty').mkdir()
   if key == 'init_from':
+    (tmp_path / 'empty').mkdir()
     bad.init_from = str(tmp_path / 'empty')
     with pytest.raises(FastmtError, match='is a directory without checkpoints'):
       train_lib.train_and_evaluate(bad, str(tmp_path / 'run'))

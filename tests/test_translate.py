@@ -352,7 +352,7 @@ def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):
   assert at_cap and stats.outputs_at_cap == len(at_cap) and f'{len(at_cap)} outputs reached' in caplog.text
   assert named in caplog.text
   caplog.clear()  # a second call adding to the same stats warns of its own lines only
-  translator.translate_ids(texts[3:4], batch_size=2, stats=stats)
+  translator.translate_ids([texts[at_cap[-1] - 1]], batch_size=2, stats=stats)  # a line that reached the cap
   assert '1 outputs reached the output cap without EOS (input line 1)' in caplog.text
 
 
