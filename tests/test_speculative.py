@@ -338,6 +338,19 @@ def test_cache_too_small_for_the_draft_slots_is_a_clear_error():
     jacobi.pgj_decode(_oracle_step(SEQ), stub_cache(1, 19), 1, 16, 3, mask_id=MASK)
 
 
+def test_only_algorithms_with_jacobi_guesses_need_the_draft_table():
+  from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
+  for algorithm in ('greedy', 'beam', 'hrt'):  # jacobi_init is not theirs to read: no table to build or load
+    assert not registry.needs_draft_table(DecodeSettings(algorithm, jacobi_init='bigram'))
+    assert not registry.uses_draft_table(DecodeSettings(algorithm, jacobi_init='bigram'))
+  for algorithm in registry.JACOBI_ALGORITHMS:
+    settings = DecodeSettings(algorithm, jacobi_init='bigram', block_size=3)
+    assert registry.needs_draft_table(settings) and registry.uses_draft_table(settings)
+  assert registry.needs_draft_table(DecodeSettings('spec', drafter='bigram'))
+  assert not registry.needs_draft_table(DecodeSettings('spec', drafter='ngram'))
+  assert registry.uses_draft_table(DecodeSettings('spec', drafter='ngram'))
+
+
 def test_bad_spec_settings_are_clear_errors():
   from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
   with pytest.raises(FastmtError, match='drafter'):

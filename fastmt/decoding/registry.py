@@ -76,6 +76,8 @@ def _interleaved(step_fn, cache, batch, max_len, s, _, caps):
 
 
 JACOBI_INITS = ('pad', 'bigram')
+# The algorithms whose guesses for new positions follow jacobi_init (spec's where its drafter proposes nothing).
+JACOBI_ALGORITHMS = ('pj', 'pgj', 'hgj', 'spec')
 
 
 def _check_jacobi(settings):
@@ -120,8 +122,10 @@ def _check_spec(settings):
 
 
 def needs_draft_table(settings) -> bool:
-  """Whether decoding with these settings follows the bigram draft table (decode_lib.load_draft_table)."""
-  return settings.jacobi_init == 'bigram' or (settings.algorithm == 'spec' and settings.drafter == 'bigram')
+  """Whether decoding with these settings follows the bigram draft table (decode_lib.load_draft_table); only the
+  algorithms with Jacobi guesses read jacobi_init (greedy with jacobi_init='bigram' loads no table)."""
+  return ((settings.jacobi_init == 'bigram' and settings.algorithm in JACOBI_ALGORITHMS)
+          or (settings.algorithm == 'spec' and settings.drafter == 'bigram'))
 
 
 def uses_draft_table(settings) -> bool:
