@@ -33,7 +33,7 @@ from fastmt.data import corpus, pipeline
 from fastmt.data.tokenizer import PAD_ID
 from fastmt.decoding import registry
 from fastmt.decoding.step import is_whole_number
-from fastmt.translate import DecodeSettings, Translator
+from fastmt.translate import DecodeSettings, TranslationStats, Translator
 from fastmt.workdir import MODEL_CONFIG_FILE, TRAIN_CONFIG_FILE
 
 
@@ -145,13 +145,32 @@ def check_or_save_model_config(workdir: str, model_config: ModelConfig):
       f.write(model_config.to_json())
 
 
+class _DropOutputCapWarnings(logging.Filter):
+  """Drops the Translator's "outputs reached the output cap" warning: during training it came at every
+  evaluation without naming the split (an undertrained model repeats itself); the history's
+  valid_outputs_at_cap counts them instead."""
+
+  def filter(self, record):
+    return not str(record.msg).endswith('reached the output cap without EOS (input line%s %s%s)')
+
+
 def validation_bleu(params, model_config, tokenizer, validation, num_sentences: int, objective: str = 'at',
-                    objective_options=None):
-  """Greedy BLEU on the first validation sentences, with the objective's own decoder (greedy or ib)."""
+                    objective_options=None, stats=None):
+  """Greedy BLEU on the first validation sentences, with the objective's own decoder (greedy or ib).
+
+  stats (a fastmt.TranslationStats) receives the counts, e.g. the outputs that reached the cap without EOS;
+  the Translator's warning about those is not logged here.
+  """
   translator = Translator(model_config, params, tokenizer, DecodeSettings(registry.DEFAULT_ALGORITHM[objective]),
                           objective=objective, objective_options=objective_options)
   sources, references = validation.sources[:num_sentences], validation.targets[:num_sentences]
-  hypotheses, _ = translator.translate(sources, batch_size=32)
+  quiet = _DropOutputCapWarnings()
+  logger = logging.getLogger()  # translate.py logs to the root logger
+  logger.addFilter(quiet)
+  try:
+    hypotheses, _ = translator.translate(sources, batch_size=32, stats=stats)
+  finally:
+    logger.removeFilter(quiet)
   return sacrebleu.corpus_bleu(hypotheses, [references]).score
 
 
@@ -250,7 +269,8 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
       if done % config.eval_every_steps == 0 or done == config.num_train_steps:
         val = _validation_metrics(state.params, state.step, jit_eval_step, data, to_device, model_config, config,
                                   (objective_name, objective_options))
-        progress.write(f'step {done}: ' + ', '.join(f'{k} {v:.3f}' for k, v in val.items()))
+        progress.write(f'step {done}: ' + ', '.join(f'{k} {v:.3f}' if isinstance(v, float) else f'{k} {v}'
+                                                    for k, v in val.items()))
         _write(writer, done, val)
         _append_history(workdir, {'step': done, **val})
         if best_manager is not None and 'valid_bleu' in val:
@@ -400,8 +420,10 @@ def _validation_metrics(params, step, jit_eval_step, data, to_device, model_conf
       totals[k] += float(sums[k])
   metrics = {'valid_nll': totals['nll'] / totals['tokens'], 'valid_accuracy': totals['correct'] / totals['tokens']}
   if config.eval_bleu_sentences:
+    stats = TranslationStats()
     metrics['valid_bleu'] = validation_bleu(params, model_config, data.tokenizer, data.validation,
-                                            config.eval_bleu_sentences, *objective)
+                                            config.eval_bleu_sentences, *objective, stats=stats)
+    metrics['valid_outputs_at_cap'] = stats.outputs_at_cap  # outputs without EOS: the model repeats itself
   return metrics
 
 

@@ -30,6 +30,7 @@ def test_training_lowers_the_loss_and_reports_validation(trained_workdir):
   assert losses[-1] < losses[0] - 0.5
   validation = [h for h in _history(trained_workdir) if 'valid_nll' in h]
   assert validation and all(np.isfinite(h['valid_nll']) and 'valid_bleu' in h for h in validation)
+  assert all(isinstance(h['valid_outputs_at_cap'], int) and h['valid_outputs_at_cap'] >= 0 for h in validation)
   assert os.listdir(os.path.join(trained_workdir, 'tensorboard'))
 
 

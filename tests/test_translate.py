@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 
 import jax
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 
 from conftest import REPO
 from fastmt import translate, workdir as workdir_lib
-from fastmt.translate import DecodeSettings, Translator
+from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
 
 @pytest.fixture(scope='module')
@@ -340,6 +341,21 @@ def test_the_truncation_warning_names_the_input_line_counting_blank_lines(model_
   long_line = ' '.join(['light'] * (3 * model_parts[0].max_length))
   Translator(*model_parts).translate(['God', '', '', long_line], batch_size=2)
   assert 'Input line 4 has' in caplog.text
+
+
+def test_validation_bleu_counts_the_outputs_at_cap_instead_of_warning(model_parts, caplog):
+  """Training evaluates every few steps: the cap warning (about a split it did not name) came each time;
+  now the history counts those outputs (valid_outputs_at_cap) and the warning stays for every other caller."""
+  from fastmt import train_lib  # pylint: disable=g-import-not-at-top
+  texts = ['God', 'And God said, Let there be light.', 'And the evening and the morning were the first day.'] * 3
+  _, plain = Translator(*model_parts).translate(texts, batch_size=4)
+  assert plain.outputs_at_cap and 'reached the output cap' in caplog.text  # the tiny model repeats itself
+  caplog.clear()
+  validation, stats = types.SimpleNamespace(sources=texts, targets=texts), TranslationStats()
+  train_lib.validation_bleu(model_parts[1], model_parts[0], model_parts[2], validation, len(texts), stats=stats)
+  assert stats.outputs_at_cap == plain.outputs_at_cap and 'reached the output cap' not in caplog.text
+  Translator(*model_parts).translate(texts, batch_size=4)
+  assert 'reached the output cap' in caplog.text  # the filter is gone after validation
 
 
 def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):
