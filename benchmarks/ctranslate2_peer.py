@@ -155,11 +155,13 @@ class FastmtConverter(ctranslate2.converters.Converter):
 class Ct2Peer:
   """Text -> text with CTranslate2, doing what fastmt's Translator does around the model."""
 
-  def __init__(self, model_dir, compute_type, threads, sp, config, settings, buckets, cap_rule):
+  def __init__(self, model_dir, compute_type, threads, tokenizer, config, settings, buckets, cap_rule):
     self.translator = ctranslate2.Translator(model_dir, device='cpu', compute_type=compute_type,
                                              intra_threads=threads, inter_threads=1)
-    self.sp, self.config, self.settings, self.buckets, self.cap_rule = sp, config, settings, buckets, cap_rule
-    self.eos = sp.id_to_piece(EOS_ID)
+    # fastmt's own text processor (its reserved symbols unused), so both sides read the same pieces.
+    self.tokenizer, self.sp = tokenizer, tokenizer.text_processor
+    self.config, self.settings, self.buckets, self.cap_rule = config, settings, buckets, cap_rule
+    self.eos = self.sp.id_to_piece(EOS_ID)
 
   def caps(self, lengths):
     """Output caps (EOS included) of sources with these lengths (EOS included), batched together."""
@@ -171,10 +173,11 @@ class Ct2Peer:
   def translate_pieces(self, texts, batch_size):
     """(output pieces per input, outputs at the cap); empty inputs give empty outputs without decoding."""
     outputs = [[] for _ in texts]
-    # fastmt's rule (Translator.decodable): a visible character, and at least one piece.
+    # fastmt's rule (Translator.decodable): a visible character, and at least one piece that is not <unk>.
     nonempty = [i for i, t in enumerate(texts) if translate.has_visible_text(t)]
-    encoded = self.sp.encode([texts[i] for i in nonempty], out_type=str)
-    nonempty, encoded = [i for i, p in zip(nonempty, encoded) if p], [p for p in encoded if p]
+    ids = self.sp.encode([texts[i] for i in nonempty])
+    kept = [k for k, row in enumerate(ids) if row and not self.tokenizer.spells_nothing(row)]
+    nonempty, encoded = [nonempty[k] for k in kept], [self.sp.id_to_piece(ids[k]) for k in kept]
     sources = [pieces[:self.config.max_length - 1] + [self.eos] for pieces in encoded]  # fastmt's truncation
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # fastmt's batches
     at_cap = 0
@@ -269,7 +272,7 @@ def main(argv):
   # fastmt in other precisions ('fastmt int8', ...): the same weights, quantized by fastmt.quantize.
   variants = {f'fastmt {d}': translate.Translator(*precision.for_inference(config, params, d), tokenizer, settings)
               for d in FLAGS.fastmt_dtypes if d != 'float32'}
-  sp = spm.SentencePieceProcessor(model_file=tokenizer.model_path)  # the same model fastmt's Tokenizer wraps
+  sp = tokenizer.text_processor  # the SentencePiece model fastmt's Tokenizer encodes text with
   data = corpus.load_split(workdir_lib.load_train_config(FLAGS.workdir).dataset, FLAGS.split)
   sources, references = list(data.sources), list(data.targets)
   if FLAGS.limit:
@@ -293,7 +296,7 @@ def main(argv):
     model_dirs[compute_type] = converter.convert(os.path.join(FLAGS.output_dir, f'ct2_{compute_type}'),
                                                  quantization=compute_type, force=True)
   buckets = getattr(fastmt, 'buckets', None)  # only --output_cap=bucket needs them
-  peers = {(c, t): Ct2Peer(model_dirs[c], c, t, sp, config, settings, buckets, FLAGS.output_cap)
+  peers = {(c, t): Ct2Peer(model_dirs[c], c, t, tokenizer, config, settings, buckets, FLAGS.output_cap)
            for c in COMPUTE_TYPES for t in threads}
   methods = [('fastmt', fastmt.translate)] + [(name, v.translate) for name, v in variants.items()] + [
       (f'ct2 {c} t{t}', peer.translate) for (c, t), peer in peers.items()]

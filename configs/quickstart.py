@@ -36,6 +36,10 @@ def get_config():
 
   # Joint SentencePiece unigram vocabulary, trained on the training split into <workdir>/spm.model.
   config.vocab_size = 8000
+  # The share of the corpus's characters that get a piece of their own (SentencePiece's character_coverage);
+  # the rarest of the rest become <unk>. 1.0 for alphabets; about 0.9995 for Chinese or Japanese, whose
+  # thousands of characters would otherwise need a vocab_size above their count.
+  config.vocab_character_coverage = 1.0
 
   config.model = ml_collections.ConfigDict()
   # Model width; heads split it evenly.
@@ -92,6 +96,9 @@ def get_config():
   config.eval_every_steps = 600
   # Validation sentences translated greedily for BLEU (0 = loss only).
   config.eval_bleu_sentences = 150
+  # sacreBLEU's tokenizer for that BLEU (and the best checkpoint's choice): 13a for languages that separate
+  # words by spaces, zh for Chinese, ja-mecab for Japanese (fastmt.decode_lib.BLEU_TOKENIZERS).
+  config.eval_bleu_tokenize = '13a'
   # Checkpoint every this many steps (and at the end); keep the newest max_checkpoints_to_keep.
   config.checkpoint_every_steps = 200
   config.max_checkpoints_to_keep = 3

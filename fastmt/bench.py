@@ -20,7 +20,6 @@ import time
 from absl import flags, logging
 import jax
 import numpy as np
-import sacrebleu
 
 from fastmt.data import corpus
 from fastmt import api, cli, decode_lib, precision, roofline, width, workdir as workdir_lib
@@ -203,12 +202,13 @@ def build_comparison(workdir: str, compare_workdirs, methods=DEFAULT_METHODS, ch
 def _comparable(dataset: dict) -> dict:
   """The dataset settings that decide which sentences the test split holds (not the training-only ones: a model
   trained on part of the training split, or on distilled targets, is scored on the same test sentences)."""
+  dataset = corpus.with_absolute_paths(dataset)  # a record from before train.py made its names absolute
   return {k: v for k, v in dataset.items() if k not in ('distilled_dir', 'p_raw', 'data_dir', 'train_split')}
 
 
 def measure(translators: dict, sources, references=None, batch_size: int = 32, speed_sentences: int = 100,
             large_batch_sentences: int = 256, repeats: int = 3, exactness_at_batch1: bool = True,
-            baseline: str = 'greedy', log=print):
+            baseline: str = 'greedy', log=print, bleu_tokenize: str = '13a'):
   """Measures translators side by side; returns (list of MethodResult, hypotheses by label, signatures).
 
   Quality, exactness and decoder calls use every sentence (at batch_size, and at batch 1 when
@@ -231,7 +231,7 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
     r.tokens_per_call = (stats.output_tokens + stats.sentences - stats.outputs_at_cap - stats.empty_inputs) / max(
         1, stats.decoder_calls)
     if references is not None and sources:
-      scores = decode_lib.score(hypotheses[label], references)
+      scores = decode_lib.score(hypotheses[label], references, bleu_tokenize)
       r.bleu, r.chrf, r.length_ratio = scores.bleu, scores.chrf, scores.length_ratio
       signatures = {'bleu_signature': scores.bleu_signature, 'chrf_signature': scores.chrf_signature}
     log(f'{label}: BLEU {r.bleu:.2f} chrF {r.chrf:.2f} length ratio {r.length_ratio:.3f} '
@@ -240,7 +240,7 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
     if exactness_at_batch1 and not label.startswith('beam'):
       hypotheses_b1[label], _ = translator.translate(sources, 1)
       if references is not None:  # differs from the batched BLEU where outputs depend on the batch (clusters)
-        r.bleu_b1 = sacrebleu.BLEU().corpus_score(hypotheses_b1[label], [references]).score
+        r.bleu_b1 = decode_lib.bleu_metric(bleu_tokenize).corpus_score(hypotheses_b1[label], [references]).score
   if baseline in hypotheses:
     for label in translators:
       same = sum(a == b for a, b in zip(hypotheses[label], hypotheses[baseline]))
@@ -298,12 +298,15 @@ def environment_facts(**extra) -> dict:
 def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, batch_size: int = 32,
                   speed_sentences: int = 100, large_batch_sentences: int = 256, repeats: int = 3,
                   exactness_at_batch1: bool = True, log=print, compare_workdirs=(), checkpoint='latest',
-                  drafter_workdir=None):
+                  drafter_workdir=None, bleu_tokenize: str = '13a'):
   """Every method of `methods` on one workdir's model (and on compare_workdirs' models, side by side);
-  returns (results, environment facts, hypotheses)."""
+  returns (results, environment facts, hypotheses). bleu_tokenize: sacreBLEU's tokenizer
+  (decode_lib.BLEU_TOKENIZERS; zh for Chinese targets)."""
+  decode_lib.check_bleu_tokenize(bleu_tokenize)  # before any model loads
   translators, model_config, step = build_comparison(workdir, compare_workdirs, methods, checkpoint, drafter_workdir)
   results, hypotheses, signatures = measure(translators, sources, references, batch_size, speed_sentences,
-                                            large_batch_sentences, repeats, exactness_at_batch1, log=log)
+                                            large_batch_sentences, repeats, exactness_at_batch1, log=log,
+                                            bleu_tokenize=bleu_tokenize)
   environment = environment_facts(
       workdir=workdir, checkpoint_step=step, model_config=dataclasses.asdict(model_config), sentences=len(sources),
       speed_sentences=min(speed_sentences, len(sources)), large_batch_sentences=large_batch_sentences,
@@ -389,6 +392,8 @@ def define_flags():
   flags.DEFINE_string('direction', '', 'Multilingual datasets: only this direction\'s lines (e.g. en_fr).')
   flags.DEFINE_string('drafter_workdir', None, 'The drafter of spec:W+model methods (a selfdraft model with the '
                       'workdir\'s vocabulary; its latest checkpoint, in each method\'s precision).')
+  flags.DEFINE_enum('bleu_tokenize', '13a', list(decode_lib.BLEU_TOKENIZERS), 'sacreBLEU\'s tokenizer for BLEU '
+                    '(zh for Chinese targets; decode.py --help says more).')
   flags.DEFINE_integer('limit', 0, 'Translate only the first N sentences of the split (0 = all).')
   flags.DEFINE_string('output_dir', None, 'Where to write results.json, table.md and hypotheses.')
   flags.DEFINE_bool('floor', True, 'Also measure batch-1 greedy against the bandwidth/compute floor and the '
@@ -458,7 +463,7 @@ def main(argv):
   results, environment, hypotheses = run_benchmark(
       FLAGS.workdir, sources, references, FLAGS.methods, FLAGS.batch_size, FLAGS.speed_sentences,
       FLAGS.large_batch_sentences, FLAGS.repeats, FLAGS.exactness_at_batch1, compare_workdirs=FLAGS.compare,
-      checkpoint=FLAGS.checkpoint, drafter_workdir=FLAGS.drafter_workdir)
+      checkpoint=FLAGS.checkpoint, drafter_workdir=FLAGS.drafter_workdir, bleu_tokenize=FLAGS.bleu_tokenize)
   table = format_table(results, FLAGS.batch_size)
   print(table)
   print(json.dumps(environment, indent=1))

@@ -45,12 +45,13 @@ class DecodeReport:
   empty_inputs: int
   truncated_inputs: int
   outputs_at_cap: int
+  unreadable_inputs: int = 0  # of the empty inputs, lines in characters the vocabulary lacks only
   wall_s: float = 0.0  # the whole translation pass, reading and writing included, compile time included
   padding_rows: int = 0  # rows that only padded a batch to its static shape (done from the start)
   replaced_input_lines: int = 0  # input lines whose invalid UTF-8 became U+FFFD (--input_errors=replace)
   replaced_reference_lines: int = 0  # the same in the reference file
-  # Hypothesis words / reference words (sacreBLEU's 13a tokens) and BLEU's brevity penalty: a decoder that
-  # stops early (or runs on) shows it here before it shows in BLEU.
+  # Hypothesis words / reference words (BLEU's tokens: 13a unless --bleu_tokenize) and BLEU's brevity penalty:
+  # a decoder that stops early (or runs on) shows it here before it shows in BLEU.
   length_ratio: float | None = None
   brevity_penalty: float | None = None
 
@@ -377,24 +378,52 @@ class Scores:
   brevity_penalty: float  # BLEU's factor for hypotheses shorter than the reference, 1.0 otherwise
 
 
-def score(hypotheses, references) -> Scores | None:
-  """BLEU and chrF with their signatures, and the length ratio behind BLEU's brevity penalty; line counts must
-  match. No sentences: None (there is nothing to score; sacreBLEU would fail)."""
+# sacreBLEU's tokenizers that need no download: 13a (its default, for space-separated languages), intl
+# (Unicode punctuation), zh (Chinese: per character), char, none; ja-mecab / ko-mecab need their extra packages
+# (pip install "sacrebleu[ja]" / "sacrebleu[ko]"). With 13a a Chinese or Japanese output is one "word" per
+# sentence and scores about 0 even when right.
+BLEU_TOKENIZERS = ('13a', 'intl', 'zh', 'char', 'none', 'ja-mecab', 'ko-mecab')
+
+
+def bleu_metric(tokenize: str = '13a') -> sacrebleu.BLEU:
+  """sacreBLEU's corpus BLEU with `tokenize` (BLEU_TOKENIZERS); a tokenizer that needs a missing package is a
+  FastmtError saying which."""
+  if tokenize not in BLEU_TOKENIZERS:
+    raise FastmtError(f'BLEU tokenizer must be one of {BLEU_TOKENIZERS}, got {tokenize!r}')
+  try:
+    return sacrebleu.BLEU(tokenize=tokenize)
+  except (ImportError, RuntimeError) as e:  # ja-mecab / ko-mecab without their packages
+    reason = ' '.join(str(e).split())  # sacreBLEU's message spans lines: one line here
+    raise FastmtError(f'sacreBLEU\'s {tokenize} tokenizer cannot load: {reason}') from None
+
+
+def check_bleu_tokenize(tokenize: str) -> str:
+  """tokenize, if BLEU can be scored with it here: called before the work (training, a file's translation,
+  a bench run), so that a missing mecab package is not found after it."""
+  bleu_metric(tokenize)
+  return tokenize
+
+
+def score(hypotheses, references, tokenize: str = '13a') -> Scores | None:
+  """BLEU (with sacreBLEU's `tokenize`, BLEU_TOKENIZERS) and chrF with their signatures, and the length ratio
+  behind BLEU's brevity penalty; line counts must match. No sentences: None (nothing to score; sacreBLEU
+  would fail)."""
   if len(references) != len(hypotheses):
     raise FastmtError(f'{len(hypotheses)} input lines but {len(references)} reference lines')
   if not hypotheses:
     logging.warning('No sentences: nothing to score')
     return None
-  bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
-  bleu = bleu_metric.corpus_score(hypotheses, [references])
+  bleu_metric_, chrf_metric = bleu_metric(tokenize), sacrebleu.CHRF()
+  bleu = bleu_metric_.corpus_score(hypotheses, [references])
   chrf = chrf_metric.corpus_score(hypotheses, [references]).score
-  return Scores(bleu.score, chrf, str(bleu_metric.get_signature()), str(chrf_metric.get_signature()),
+  return Scores(bleu.score, chrf, str(bleu_metric_.get_signature()), str(chrf_metric.get_signature()),
                 bleu.sys_len / max(1, bleu.ref_len), bleu.bp)
 
 
 def translate_file(translator: Translator, input_path: str, output_path: str, reference_path: str | None = None,
                    batch_size: int = 32, speed_sentences: int = 0, input_errors: str = 'strict',
-                   tag_direction: str | None = None, show_progress: bool = True) -> DecodeReport:
+                   tag_direction: str | None = None, show_progress: bool = True,
+                   bleu_tokenize: str = '13a') -> DecodeReport:
   """decode.py's job: input file (or '-') -> output file (or '-'), in order, streamed; a report.
 
   Holds the hypotheses only when scoring (strings, not tensors) and the first speed_sentences sources. Paths are
@@ -402,6 +431,7 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
   before it (bad UTF-8 in the first chunk, a bad setting) leaves an existing output file as it was.
   """
   check_paths(input_path, output_path, reference_path, errors=input_errors)
+  check_bleu_tokenize(bleu_tokenize)
   if batch_size < 1:
     raise FastmtError(f'batch_size must be >= 1, got {batch_size}')
   input_counts = InputCounts()
@@ -446,7 +476,7 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
   reference_counts = InputCounts()
   scores = None
   if reference_path is not None:
-    scores = score(hypotheses, read_input(reference_path, input_errors, reference_counts))
+    scores = score(hypotheses, read_input(reference_path, input_errors, reference_counts), bleu_tokenize)
   # The report's score fields are Scores' own, None where nothing was scored.
   scored = dataclasses.asdict(scores) if scores else dict.fromkeys(f.name for f in dataclasses.fields(Scores))
   ms_per_sentence = time_at_batch1(translator, first_sources) if speed_sentences else None
@@ -457,7 +487,8 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
       ms_per_sentence=ms_per_sentence, sentences_per_s=stats.sentences / decode_seconds,
       words_per_s=words / decode_seconds, decoder_calls_per_sentence=stats.decoder_calls / decoded,
       compile_s=stats.compile_seconds, empty_inputs=stats.empty_inputs, truncated_inputs=stats.truncated_inputs,
-      outputs_at_cap=stats.outputs_at_cap, wall_s=wall, padding_rows=stats.padding_rows,
+      outputs_at_cap=stats.outputs_at_cap, unreadable_inputs=stats.unreadable_inputs, wall_s=wall,
+      padding_rows=stats.padding_rows,
       replaced_input_lines=input_counts.replaced_lines, replaced_reference_lines=reference_counts.replaced_lines)
 
 
@@ -481,7 +512,8 @@ def format_report(report: DecodeReport) -> str:
   parts.append(f'{report.sentences} sentences in {report.wall_s:.1f} s ({report.compile_s:.1f} s compiling); '
                f'{report.sentences_per_s:.1f} sentences/s, {report.words_per_s:.0f} source words/s without compiling')
   parts.append(f'decoder calls/sentence {report.decoder_calls_per_sentence:.2f}')
-  parts.append(f'empty inputs {report.empty_inputs}, truncated inputs {report.truncated_inputs}, '
+  unreadable = f' ({report.unreadable_inputs} in characters the vocabulary lacks)' if report.unreadable_inputs else ''
+  parts.append(f'empty inputs {report.empty_inputs}{unreadable}, truncated inputs {report.truncated_inputs}, '
                f'outputs at the length cap {report.outputs_at_cap}, input lines with invalid UTF-8 replaced '
                f'{report.replaced_input_lines}'
                + (f' (reference lines: {report.replaced_reference_lines})' if report.replaced_reference_lines else ''))

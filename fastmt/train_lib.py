@@ -21,18 +21,18 @@ import jax
 import jax.numpy as jnp
 import optax
 import orbax.checkpoint as ocp
-import sacrebleu
 from flax.training import train_state
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from fastmt import models, objectives, progress as progress_lib, workdir as workdir_lib
+from fastmt import decode_lib, models, objectives, progress as progress_lib, workdir as workdir_lib
 from fastmt.config import ModelConfig
 from fastmt.errors import FastmtError
 from fastmt.data import corpus, pipeline
 from fastmt.data.tokenizer import PAD_ID
 from fastmt.decoding import registry
 from fastmt.decoding.step import is_whole_number
+from fastmt import translate
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
 from fastmt.workdir import MODEL_CONFIG_FILE, TRAIN_CONFIG_FILE
 
@@ -145,33 +145,34 @@ def check_or_save_model_config(workdir: str, model_config: ModelConfig):
       f.write(model_config.to_json())
 
 
-class _DropOutputCapWarnings(logging.Filter):
-  """Drops the Translator's "outputs reached the output cap" warning: during training it came at every
-  evaluation without naming the split (an undertrained model repeats itself); the history's
-  valid_outputs_at_cap counts them instead."""
+class _DropPerCallWarnings(logging.Filter):
+  """Drops the Translator's per-call warnings about outputs at the cap and lines in characters the vocabulary
+  lacks: during training they came at every evaluation without naming the split (an undertrained model
+  repeats itself); the history's valid_outputs_at_cap counts the first instead."""
 
   def filter(self, record):
-    return not str(record.msg).endswith('reached the output cap without EOS (input line%s %s%s)')
+    return record.msg not in (translate.OUTPUT_CAP_WARNING, translate.UNREADABLE_WARNING)
 
 
 def validation_bleu(params, model_config, tokenizer, validation, num_sentences: int, objective: str = 'at',
-                    objective_options=None, stats=None):
+                    objective_options=None, stats=None, tokenize: str = '13a'):
   """Greedy BLEU on the first validation sentences, with the objective's own decoder (greedy or ib).
 
   stats (a fastmt.TranslationStats) receives the counts, e.g. the outputs that reached the cap without EOS;
-  the Translator's warning about those is not logged here.
+  the Translator's warning about those is not logged here. tokenize: sacreBLEU's tokenizer
+  (config.eval_bleu_tokenize).
   """
   translator = Translator(model_config, params, tokenizer, DecodeSettings(registry.DEFAULT_ALGORITHM[objective]),
                           objective=objective, objective_options=objective_options)
   sources, references = validation.sources[:num_sentences], validation.targets[:num_sentences]
-  quiet = _DropOutputCapWarnings()
+  quiet = _DropPerCallWarnings()
   logger = logging.getLogger()  # translate.py logs to the root logger
   logger.addFilter(quiet)
   try:
     hypotheses, _ = translator.translate(sources, batch_size=32, stats=stats)
   finally:
     logger.removeFilter(quiet)
-  return sacrebleu.corpus_bleu(hypotheses, [references]).score
+  return decode_lib.bleu_metric(tokenize).corpus_score(hypotheses, [references]).score
 
 
 def _metric_writer(workdir, start_step: int):
@@ -183,8 +184,37 @@ def _metric_writer(workdir, start_step: int):
   return SummaryWriter(os.path.join(workdir, 'tensorboard'), purge_step=start_step + 1)
 
 
+_PATH_FIELDS = ('init_from', 'dataset.data_dir', 'dataset.distilled_dir')  # and dataset.<split>_files
+
+
+def with_absolute_paths(config):
+  """A copy of config whose file and directory names are absolute (os.PathLike ones as str).
+
+  The work directory records the config (config.json), and decode.py, fastmt-bench, fastmt-distill and a
+  resumed run read its dataset files from there: a relative name would be read from wherever those run,
+  another file or none. Empty names stay empty (unset).
+  """
+  config = config.copy_and_resolve_references()
+  absolute = lambda name: os.path.abspath(os.path.expanduser(os.fspath(name))) if os.fspath(name) else ''
+  for field in _PATH_FIELDS:
+    parent, _, key = field.rpartition('.')
+    holder = config.get(parent) if parent else config
+    if holder is not None and key in holder and isinstance(holder[key], (str, os.PathLike)):
+      with holder.ignore_type():
+        holder[key] = absolute(holder[key])
+  dataset = config.get('dataset')
+  for split in corpus.SPLITS:
+    files = dataset.get(f'{split}_files') if dataset is not None else None
+    if isinstance(files, (tuple, list)) and all(isinstance(f, (str, os.PathLike)) for f in files):
+      with dataset.ignore_type():
+        dataset[f'{split}_files'] = tuple(absolute(f) for f in files)
+  return config
+
+
 def train_and_evaluate(config, workdir: str) -> TrainState:
   """Trains config's model in workdir, resuming from its latest checkpoint; returns the final state."""
+  workdir = os.fspath(workdir)
+  config = with_absolute_paths(config)
   objective_name = config.get('objective', workdir_lib.DEFAULT_OBJECTIVE)
   objective_options = objectives.options_of(config, objective_name)  # bad names and keys fail here, first
   # The architecture too (unknown keys, dtype, shapes), before the corpus loads or anything is written: a
@@ -213,9 +243,11 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
   _check_objective_fits_model(objective_name, objective_options, model_config)
   workdir_lib.save_objective(workdir, objective_name, objective_options)
   _warn_of_a_changed_corpus(workdir, config)
-  if jax.process_index() == 0:
-    with open(os.path.join(workdir, TRAIN_CONFIG_FILE), 'w') as f:
+  if jax.process_index() == 0:  # whole or not at all: a half-written record would hide the next run's changes
+    path = os.path.join(workdir, TRAIN_CONFIG_FILE)
+    with open(path + '.tmp', 'w') as f:
       f.write(config.to_json(indent=2))
+    os.replace(path + '.tmp', path)
 
   state = jax.device_put(initial_state(model_config, config), replicated)
   manager = workdir_lib.checkpoint_manager(workdir, config.max_checkpoints_to_keep)
@@ -318,6 +350,7 @@ def check_training_settings(config) -> None:
     raise FastmtError(f'config.init_from {init_from!r} is {what}: it names the train.py work directory whose '
                       'latest checkpoint (and vocabulary) fine-tuning starts from')
   corpus.training_split(config.dataset)  # a split reaching into validation or test is refused here
+  decode_lib.check_bleu_tokenize(config.get('eval_bleu_tokenize', '13a'))
 
 
 def _warn_of_a_changed_corpus(workdir: str, config) -> None:
@@ -337,6 +370,7 @@ def _warn_of_a_changed_corpus(workdir: str, config) -> None:
   current = json.loads(config.to_json())  # tuples as lists, as the record holds them
   old, new = recorded.get('dataset') or {}, current.get('dataset') or {}
   old.setdefault('train_split', 'train')  # recorded before the field existed: the whole split
+  old = corpus.with_absolute_paths(old)  # recorded before they were made absolute: as this run would read them
   changed = [f'dataset.{k}' for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k != 'p_raw']
   changed += ['vocab_size'] if recorded.get('vocab_size') != current.get('vocab_size') else []
   if changed:
@@ -422,7 +456,8 @@ def _validation_metrics(params, step, jit_eval_step, data, to_device, model_conf
   if config.eval_bleu_sentences:
     stats = TranslationStats()
     metrics['valid_bleu'] = validation_bleu(params, model_config, data.tokenizer, data.validation,
-                                            config.eval_bleu_sentences, *objective, stats=stats)
+                                            config.eval_bleu_sentences, *objective, stats=stats,
+                                            tokenize=config.get('eval_bleu_tokenize', '13a'))
     metrics['valid_outputs_at_cap'] = stats.outputs_at_cap  # outputs without EOS: the model repeats itself
   return metrics
 

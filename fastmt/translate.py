@@ -76,7 +76,8 @@ class DecodeSettings:
 @dataclasses.dataclass
 class TranslationStats:
   sentences: int = 0
-  empty_inputs: int = 0
+  empty_inputs: int = 0  # translated as an empty line without decoding (unreadable_inputs included)
+  unreadable_inputs: int = 0  # lines in characters the vocabulary lacks only (all <unk>): empty outputs, warned
   truncated_inputs: int = 0
   outputs_at_cap: int = 0  # rows that reached the output cap without EOS
   decoder_calls: int = 0  # sum over sentences of the decoder calls that sentence needed
@@ -132,6 +133,10 @@ def transposed_output_layout(params):
 
 
 _LINES_AT_CAP_NAMED = 10  # the cap warning names this many input lines at most
+# The per-call warnings (named so that training's validation, which counts them instead, can leave them out).
+OUTPUT_CAP_WARNING = '%d outputs reached the output cap without EOS (input line%s %s%s)'
+UNREADABLE_WARNING = ('%d input line%s in characters the vocabulary lacks only (line%s %s%s): translated as empty '
+                      'lines')
 
 
 def _stats_or_new(stats) -> TranslationStats:
@@ -346,15 +351,19 @@ class Translator:
 
   def decodable(self, texts) -> list[int]:
     """Indices of the texts that are decoded: with a visible character (has_visible_text) that the tokenizer
-    keeps. The others translate to an empty line without decoding (translate() asks the same question)."""
+    keeps and can spell (not only <unk>). The others translate to an empty line without decoding (translate()
+    asks the same question)."""
     return self._decodable_rows(texts)[0]
 
   def _decodable_rows(self, texts):
-    """(indices of the decodable texts, their tokenizer rows): the one definition of a line worth decoding."""
+    """(indices of the decodable texts, their tokenizer rows, indices of the unreadable ones): the one
+    definition of a line worth decoding. Unreadable: every piece <unk> (Tokenizer.spells_nothing), a line in a
+    script or symbols the vocabulary lacks; decoding it would only invent a sentence."""
     visible = [i for i, t in enumerate(texts) if has_visible_text(t)]
     rows = self.tokenizer.encode([texts[i] for i in visible])
-    kept = [k for k, row in enumerate(rows) if len(row)]
-    return [visible[k] for k in kept], [rows[k] for k in kept]
+    unreadable = [visible[k] for k, row in enumerate(rows) if len(row) and self.tokenizer.spells_nothing(row)]
+    kept = [k for k, row in enumerate(rows) if len(row) and not self.tokenizer.spells_nothing(row)]
+    return [visible[k] for k in kept], [rows[k] for k in kept], unreadable
 
   def row_cap(self, source_length: int) -> int:
     return output_cap(self.config, source_length, self.settings)
@@ -438,10 +447,16 @@ class Translator:
     for i, t in enumerate(texts):
       if not isinstance(t, str):
         raise FastmtError(f'input {first_line + i}: a line to translate must be a str, got {type(t).__name__}')
-    nonempty, rows = self._decodable_rows(texts)
+    nonempty, rows, unreadable = self._decodable_rows(texts)
     source_ids = self._with_eos(rows, stats, [first_line + i for i in nonempty])
     stats.sentences += len(texts)
     stats.empty_inputs += len(texts) - len(nonempty)
+    stats.unreadable_inputs += len(unreadable)
+    if unreadable:
+      named = ', '.join(str(first_line + i) for i in unreadable[:_LINES_AT_CAP_NAMED])
+      plural = 's' * (len(unreadable) > 1)
+      logging.warning(UNREADABLE_WARNING, len(unreadable), plural, plural, named,
+                      ', ...' if len(unreadable) > _LINES_AT_CAP_NAMED else '')
     empty = {i: np.zeros((0,), np.int32) for i in sorted(set(range(len(texts))) - set(nonempty))}
     if empty:
       yield empty
@@ -492,7 +507,7 @@ class Translator:
     if at_cap:
       named = sorted(lines_at_cap)
       more = ', ...' if at_cap > len(named) else ''
-      logging.warning('%d outputs reached the output cap without EOS (input line%s %s%s)', at_cap, 's' * (at_cap > 1),
+      logging.warning(OUTPUT_CAP_WARNING, at_cap, 's' * (at_cap > 1),
                       ', '.join(map(str, named)), more)
 
   def translate_iter(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,

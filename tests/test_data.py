@@ -9,6 +9,7 @@ import threading
 import ml_collections
 import numpy as np
 import pytest
+import sentencepiece as spm
 
 from conftest import DATA
 from fastmt.data import batching, bible, corpus
@@ -221,7 +222,12 @@ def test_new_vocabularies_reserve_the_symbols_other_objectives_need(trained_work
   assert len(set(ids)) == len(tokenizer_lib.RESERVED_SYMBOLS) == 1 + 7 + 7
   assert vocabulary.special_id(tokenizer_lib.MASK) == 4  # the first id after PAD, EOS, BOS, UNK
   assert vocabulary.special_id(tokenizer_lib.chunk_bos(3)) in ids
-  assert all(vocabulary.special_id(s) in vocabulary.encode([s])[0] for s in ('<mask>', '<bos_4>', '<bos_dir_1>'))
+  # No text produces them (a literal "<mask>" in a corpus is spelled with ordinary pieces) and none is text.
+  literal = 'a <mask> b <bos_4>c<bos_dir_1>'
+  assert not set(vocabulary.encode([literal])[0].tolist()) & set(ids)
+  assert vocabulary.decode([vocabulary.encode(['Gott sprach'])[0].tolist() + ids]) == ['Gott sprach']
+  plain = spm.SentencePieceProcessor(model_file=vocabulary.model_path)  # with the reserved symbols as they are
+  assert vocabulary.encode(['In the beginning God'])[0].tolist() == plain.encode('In the beginning God')
   with pytest.raises(FastmtError, match='has no <mask> symbol'):
     tokenizer.special_id(tokenizer_lib.MASK)
   with pytest.raises(FastmtError, match='chunk size'):
@@ -259,3 +265,62 @@ def test_a_vocabulary_the_corpus_cannot_give_is_one_clear_error(tmp_path):
                     8000)
   with pytest.raises(FastmtError, match='vocab_size must be a whole number'):
     train_tokenizer(['a b'], str(tmp_path / 'spm.model'), 0)
+  with pytest.raises(FastmtError, match='no training text'):
+    train_tokenizer(['', '  '], str(tmp_path / 'spm.model'), 300)
+  with pytest.raises(FastmtError, match='2 of the 2 lines are longer than 4192 bytes.*CR only'):
+    train_tokenizer(['in the beginning ' * 300, 'god created ' * 400], str(tmp_path / 'spm.model'), 300)
+  with pytest.raises(FastmtError, match='vocab_character_coverage below 1'):  # more characters than pieces
+    train_tokenizer(['起初神创造天地。地是空虚混沌，渊面黑暗'], str(tmp_path / 'spm.model'), 10)
+  with pytest.raises(FastmtError, match='vocab_character_coverage must be in'):
+    train_tokenizer(['a b'], str(tmp_path / 'spm.model'), 300, character_coverage=0.5)
+  assert not os.path.exists(tmp_path / 'spm.model')  # nothing written by a failed training
+
+
+def test_a_vocabulary_left_by_a_start_without_checkpoints_is_retrained_for_a_new_corpus(tiny_config, tmp_path,
+                                                                                         caplog):
+  """A first start that stopped before its first checkpoint (a bad validation split, Ctrl-C) leaves spm.model;
+  a next start with another corpus or vocab_size used to train on it without a word. A resumed run keeps its
+  own, and a vocabulary with no record beside it (the user's own spm.model) is used as it is."""
+  from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.data import pipeline  # pylint: disable=g-import-not-at-top
+  train = corpus.ParallelText(corpus.read_lines(str(DATA / 'genesis.en')), corpus.read_lines(str(DATA / 'genesis.de')))
+  config = tiny_config.copy_and_resolve_references()
+  workdir = str(tmp_path)
+  config.vocab_size = 300
+  assert pipeline.get_tokenizer(config, workdir, train).vocab_size == 300
+  assert os.path.exists(os.path.join(workdir, pipeline.VOCABULARY_RECORD))
+  before = os.stat(os.path.join(workdir, 'spm.model')).st_mtime_ns
+  assert pipeline.get_tokenizer(config, workdir, train).vocab_size == 300  # the same config: kept, not retrained
+  assert os.stat(os.path.join(workdir, 'spm.model')).st_mtime_ns == before and 'training the vocabulary' not in caplog.text
+  config.dataset.validation_files = ('mended.en', 'mended.de')  # not the vocabulary's text: kept
+  assert pipeline.get_tokenizer(config, workdir, train).vocab_size == 300 and 'training the vocabulary' not in caplog.text
+  config.vocab_size = 280
+  assert pipeline.get_tokenizer(config, workdir, train).vocab_size == 280  # no checkpoint yet: made anew
+  assert 'training the vocabulary again' in caplog.text
+  os.makedirs(os.path.join(workdir, workdir_lib.CHECKPOINT_DIR, '10'))  # a run that checkpointed keeps its own
+  config.vocab_size = 260
+  assert pipeline.get_tokenizer(config, workdir, train).vocab_size == 280
+  os.rmdir(os.path.join(workdir, workdir_lib.CHECKPOINT_DIR, '10'))
+  os.remove(os.path.join(workdir, pipeline.VOCABULARY_RECORD))  # no record: the user's own vocabulary
+  assert pipeline.get_tokenizer(config, workdir, train).vocab_size == 280
+
+
+def test_training_text_the_vocabulary_cannot_spell_is_warned_of(tokenizer, tiny_config, caplog):
+  """A vocabulary inherited through init_from (or a teacher's) that lacks the corpus's script used to train
+  the model on <unk> without a word."""
+  from fastmt.data import pipeline  # pylint: disable=g-import-not-at-top
+  config = tiny_config.copy_and_resolve_references()
+  config.init_from = '/somewhere/at_model'
+  english = tokenizer.encode(['In the beginning God created the heaven and the earth.'] * 4)
+  assert pipeline._warn_of_unknown_pieces(english, english, tokenizer, config) == 0.0
+  assert '<unk>' not in caplog.text
+  chinese = tokenizer.encode(['起初神创造天地。', 'God 说'] * 2)
+  assert pipeline._warn_of_unknown_pieces(english, chinese, tokenizer, config) > 0.3
+  assert 'of the training target tokens (in 4 of 4 lines) are <unk>: config.init_from\'s vocabulary' in caplog.text
+
+
+def test_a_line_in_characters_the_vocabulary_lacks_spells_nothing_even_behind_a_language_tag(tmp_path):
+  texts = corpus.read_lines(str(DATA / 'genesis.en')) + corpus.read_lines(str(DATA / 'genesis.de'))
+  tagged = train_tokenizer(texts, str(tmp_path / 'spm.model'), 300, user_symbols=('<2de>',))
+  rows = tagged.encode(['<2de> 😀', '😀🎉', '<2de> God', 'God 😀'])
+  assert [tagged.spells_nothing(row) for row in rows] == [True, True, False, False]

@@ -208,6 +208,8 @@ def test_bad_quantization_requests_are_clear_errors(int8_parts, tmp_path):
 def test_decode_cli_offers_every_precision():
   from fastmt.commands import translate as translate_command  # pylint: disable=g-import-not-at-top
   assert translate_command.DTYPES == list(precision.DTYPES)
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  assert translate_command.BLEU_TOKENIZERS == list(decode_lib.BLEU_TOKENIZERS)
 
 
 def test_decode_cli_int8(trained_workdir, tmp_path):

@@ -41,9 +41,36 @@ def test_the_best_validation_checkpoint_is_kept(trained_workdir):
   assert scores[step] == max(scores.values())  # ties may keep either step
 
 
-def test_two_runs_with_one_seed_give_identical_losses(trained_workdir, tiny_config, tmp_path):
-  train_lib.train_and_evaluate(tiny_config, str(tmp_path))
+def test_two_runs_with_one_seed_give_identical_losses(trained_workdir, tiny_config, tmp_path, monkeypatch):
+  """Also: dataset files named relative to where train.py runs are recorded as absolute names, so that
+  decode.py, the bench and a resumed run started elsewhere read the same files."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from conftest import DATA  # pylint: disable=g-import-not-at-top
+  config = ml_collections.ConfigDict(tiny_config.to_dict())
+  for split in ('train', 'validation', 'test'):
+    config.dataset[f'{split}_files'] = ('genesis.en', 'genesis.de')
+  monkeypatch.chdir(DATA)
+  train_lib.train_and_evaluate(config, str(tmp_path))
   assert _losses(str(tmp_path)) == _losses(trained_workdir)
+  with open(os.path.join(tmp_path, 'config.json')) as f:
+    recorded = json.load(f)['dataset']
+  assert recorded['validation_files'] == [str(DATA / 'genesis.en'), str(DATA / 'genesis.de')]
+  assert config.dataset.train_files == ('genesis.en', 'genesis.de')  # the caller's config is left alone
+
+
+def test_config_paths_become_absolute_and_empty_ones_stay_unset(tiny_config, tmp_path, monkeypatch):
+  import pathlib  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(tmp_path)
+  config = tiny_config.copy_and_resolve_references()
+  config.dataset.train_files = (pathlib.Path('a.en'), '~/b.de')  # a pathlib.Path used to fail in config.json
+  config.dataset.test_files = ('', '')
+  config.dataset.distilled_dir = 'kd'
+  config.init_from = ''
+  absolute = train_lib.with_absolute_paths(config)
+  assert absolute.dataset.train_files == (str(tmp_path / 'a.en'), os.path.expanduser('~/b.de'))
+  assert absolute.dataset.test_files == ('', '') and absolute.init_from == ''
+  assert absolute.dataset.distilled_dir == str(tmp_path / 'kd')
+  assert json.loads(absolute.to_json())['dataset']['train_files'][0] == str(tmp_path / 'a.en')
 
 
 def test_save_restore_gives_identical_parameters(trained_workdir, tiny_config, tmp_path):
@@ -240,6 +267,11 @@ def test_settings_that_always_worked_still_pass_the_checks(tiny_config):
   config = tiny_config.copy_and_resolve_references()
   config.max_checkpoints_to_keep, config.cooldown_fraction, config.label_smoothing = None, 1.0, 0
   train_lib.check_training_settings(config)
+  config.eval_bleu_tokenize = 'zh'  # Chinese targets: validation BLEU per character
+  train_lib.check_training_settings(config)
+  config.eval_bleu_tokenize = 'chinese'
+  with pytest.raises(FastmtError, match='BLEU tokenizer must be one of'):
+    train_lib.check_training_settings(config)
 
 
 def test_a_training_split_reaching_into_the_test_set_is_refused_before_anything_is_written(tiny_config, tmp_path):

@@ -185,6 +185,30 @@ def test_scores_say_how_long_the_hypotheses_are_against_the_reference():
     decode_lib.score(references, references[:1])
 
 
+def test_bleu_takes_the_target_languages_tokenizer():
+  """sacreBLEU's default 13a reads a Chinese sentence as one word: a near-perfect output scored 0."""
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  references = ['起初神创造天地。', '地是空虚混沌，渊面黑暗。']
+  hypotheses = ['起初神创造天地。', '地是空虚混沌，渊面黑。']
+  assert decode_lib.score(hypotheses, references).bleu < 50  # one of two "words" right
+  chinese = decode_lib.score(hypotheses, references, 'zh')
+  assert chinese.bleu > 80 and 'tok:zh' in chinese.bleu_signature
+  with pytest.raises(decode_lib.FastmtError, match='BLEU tokenizer must be one of'):
+    decode_lib.score(hypotheses, references, 'chinese')
+  if importlib.util.find_spec('MeCab') is None:  # not among fastmt's dependencies: said before any work
+    with pytest.raises(decode_lib.FastmtError, match='ja-mecab tokenizer cannot load: .*sacrebleu\\[ja\\]'):
+      decode_lib.check_bleu_tokenize('ja-mecab')
+
+
+def test_bench_compares_work_directories_recorded_with_relative_or_absolute_names(tmp_path, monkeypatch):
+  from fastmt import bench  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(tmp_path)
+  old = {'name': 'text', 'test_files': ['test.en', 'test.de'], 'train_files': ['a.en', 'a.de'], 'data_dir': ''}
+  new = {**old, 'test_files': [str(tmp_path / 'test.en'), str(tmp_path / 'test.de')]}
+  assert bench._comparable(old) == bench._comparable(new)
+  assert bench._comparable(old) != bench._comparable({**new, 'test_files': ['/elsewhere/test.en', 'test.de']})
+
+
 def test_decode_cli_names_the_bad_utf8_line(trained_workdir, tmp_path):
   src = tmp_path / 'src.txt'
   src.write_bytes(b'God\n\xc3\x28 broken\n')
@@ -348,12 +372,15 @@ def test_validation_bleu_counts_the_outputs_at_cap_instead_of_warning(model_part
   now the history counts those outputs (valid_outputs_at_cap) and the warning stays for every other caller."""
   from fastmt import train_lib  # pylint: disable=g-import-not-at-top
   texts = ['God', 'And God said, Let there be light.', 'And the evening and the morning were the first day.'] * 3
+  texts.append('😀')  # a line the vocabulary cannot spell: its warning is per call too
   _, plain = Translator(*model_parts).translate(texts, batch_size=4)
   assert plain.outputs_at_cap and 'reached the output cap' in caplog.text  # the tiny model repeats itself
+  assert 'vocabulary lacks' in caplog.text
   caplog.clear()
   validation, stats = types.SimpleNamespace(sources=texts, targets=texts), TranslationStats()
   train_lib.validation_bleu(model_parts[1], model_parts[0], model_parts[2], validation, len(texts), stats=stats)
-  assert stats.outputs_at_cap == plain.outputs_at_cap and 'reached the output cap' not in caplog.text
+  assert stats.outputs_at_cap == plain.outputs_at_cap and stats.unreadable_inputs == 1
+  assert 'reached the output cap' not in caplog.text and 'vocabulary lacks' not in caplog.text
   Translator(*model_parts).translate(texts, batch_size=4)
   assert 'reached the output cap' in caplog.text  # the filter is gone after validation
 
@@ -591,7 +618,21 @@ def test_a_line_of_invisible_characters_the_tokenizer_keeps_as_unknown_is_an_emp
   assert any(len(row) for row in translator.tokenizer.encode(invisible))  # not all dropped by the tokenizer
   outputs, stats = translator.translate([*invisible, 'God', 'God\u200d'], batch_size=4)
   assert outputs[:len(invisible)] == [''] * len(invisible) and stats.empty_inputs == len(invisible)
-  assert translator.decodable([*invisible, 'God', 'God\u200d', '😀']) == [len(invisible) + k for k in range(3)]
+  assert translator.decodable([*invisible, 'God', 'God\u200d', '😀']) == [len(invisible) + k for k in range(2)]
+
+
+def test_a_line_the_vocabulary_cannot_spell_is_an_empty_input_counted_and_named(model_parts, caplog):
+  """Emoji, or a script the vocabulary lacks, encode to <unk> only; decoded, a model invented a sentence
+  ("Erdboden Erdboden ...") that no count recorded. Such a line is an empty output, counted and named; a line
+  with a word the vocabulary spells is translated as before."""
+  translator = Translator(*model_parts)
+  unreadable = ['😀🎉', 'Ἐν ἀρχῇ', '中文']
+  assert all(translator.tokenizer.spells_nothing(row) for row in translator.tokenizer.encode(unreadable))
+  outputs, stats = translator.translate_ids(['God', *unreadable, '😀 God'], batch_size=2)
+  assert [len(ids) for ids in outputs[1:4]] == [0] * 3 and len(outputs[0]) and len(outputs[4])  # decoded
+  assert stats.unreadable_inputs == 3 and stats.empty_inputs == 3 and stats.sentences == 5
+  assert '3 input lines in characters the vocabulary lacks only (lines 2, 3, 4)' in caplog.text
+  assert translator.decodable(['God', *unreadable, '😀 God']) == [0, 4]
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_input_or_reference_line(tmp_path):

@@ -22,6 +22,8 @@ from fastmt import cli
 from fastmt.errors import FastmtError
 
 DTYPES = ['float32', 'bfloat16', 'int8', 'int8_layers', 'bfloat16_int8', 'bfloat16_int8_layers']
+# fastmt.decode_lib.BLEU_TOKENIZERS (a literal, as DTYPES: a test keeps them equal).
+BLEU_TOKENIZERS = ['13a', 'intl', 'zh', 'char', 'none', 'ja-mecab', 'ko-mecab']
 
 FLAGS = flags.FLAGS
 
@@ -34,6 +36,9 @@ def define_flags():
   flags.DEFINE_string('output', '-', 'Hypothesis file; - for stdout.')
   flags.DEFINE_string('reference', None, 'Reference file: prints sacreBLEU BLEU and chrF with signatures, and the '
                       'hypothesis / reference length ratio behind BLEU\'s brevity penalty.')
+  flags.DEFINE_enum('bleu_tokenize', '13a', BLEU_TOKENIZERS, '--reference: sacreBLEU\'s tokenizer for BLEU: 13a '
+                    '(its default) for languages that separate words by spaces; zh for Chinese (13a scores a '
+                    'Chinese output about 0 however good); ja-mecab / ko-mecab need sacrebleu[ja] / sacrebleu[ko].')
   flags.DEFINE_enum('algorithm', 'greedy', sorted(registry.ALGORITHMS), 'Decoding algorithm.')
   flags.DEFINE_integer('beam_size', None, 'Beam size: --algorithm beam (default 4), ib (default 1 = greedy; '
                        'K > 1 = the multi-word beam search of Algorithm 1) or hrt (b_at, default 1).')
@@ -163,7 +168,8 @@ def main(argv):
                                             FLAGS.drafter_workdir)
   report = decode_lib.translate_file(translator, FLAGS.input, FLAGS.output, FLAGS.reference, FLAGS.batch_size,
                                      FLAGS.speed_sentences, FLAGS.input_errors,
-                                     FLAGS.direction if FLAGS.tag_inputs else None, FLAGS.progress)
+                                     FLAGS.direction if FLAGS.tag_inputs else None, FLAGS.progress,
+                                     bleu_tokenize=FLAGS.bleu_tokenize)
   print(decode_lib.format_report(report), file=sys.stderr)
   if FLAGS.metrics_json:
     decode_lib.write_metrics_json(FLAGS.metrics_json, report,

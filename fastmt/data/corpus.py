@@ -175,6 +175,19 @@ def _load_text_files(dataset_config, split: str) -> ParallelText:
   return ParallelText(sources, targets)
 
 
+def with_absolute_paths(dataset: dict) -> dict:
+  """A recorded dataset block (config.json's, a dict) with its file and directory names absolute, as read from
+  the current directory: records written before train.py made them absolute compare equal to today's."""
+  absolute = lambda name: os.path.abspath(os.path.expanduser(name)) if isinstance(name, str) and name else name
+  dataset = dict(dataset)
+  for key, value in dataset.items():
+    if key in ('data_dir', 'distilled_dir'):
+      dataset[key] = absolute(value)
+    elif key.endswith('_files') and isinstance(value, (list, tuple)):
+      dataset[key] = [absolute(name) for name in value]
+  return dataset
+
+
 def _data_dir(dataset_config):
   return os.path.expanduser(dataset_config.get('data_dir') or os.path.join(bible.cache_dir(), 'tfds'))
 

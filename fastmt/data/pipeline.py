@@ -1,12 +1,16 @@
 """From a config to what training needs: the tokenizer (trained once into the work directory) and batches."""
 
 import dataclasses
+import json
 import logging
 import os
+import tempfile
+
+import numpy as np
 
 from fastmt.data import batching, corpus, distilled
-from fastmt.data.tokenizer import RESERVED_SYMBOLS, Tokenizer, extend_with_reserved, train_tokenizer
-from fastmt.workdir import TOKENIZER_FILE
+from fastmt.data.tokenizer import RESERVED_SYMBOLS, UNK_ID, Tokenizer, extend_with_reserved, train_tokenizer
+from fastmt.workdir import TOKENIZER_FILE, has_checkpoints
 
 
 
@@ -49,10 +53,74 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
       if added:
         logging.warning('%s predates fastmt\'s reserved symbols: %d appended to the student\'s copy in %s',
                         teacher_spm, len(added), workdir)
+  record = _vocabulary_record(config)
+  record_path = os.path.join(workdir, VOCABULARY_RECORD)
   if os.path.exists(path):
-    return Tokenizer(path)
-  return train_tokenizer(train.sources + train.targets, path, config.vocab_size, seed=config.seed,
-                         user_symbols=RESERVED_SYMBOLS + tuple(corpus.language_tags(config.dataset)))
+    if init_from or distilled_dir or has_checkpoints(workdir) or _read_json(record_path) in (None, record):
+      return Tokenizer(path)  # a resumed run keeps its vocabulary (train_lib warns when the corpus changed)
+    # Left by a run that stopped before its first checkpoint (a bad validation split, Ctrl-C): nothing was
+    # trained on it, and it was made for another corpus or size. Reusing it would spell the new text with the
+    # old pieces (a new script as <unk>) without a word.
+    logging.warning('%s was trained by an earlier start of this work directory that saved no checkpoint, for '
+                    'another corpus or vocab_size: training the vocabulary again for this config', path)
+  tokenizer = train_tokenizer(train.sources + train.targets, path, config.vocab_size, seed=config.seed,
+                              user_symbols=RESERVED_SYMBOLS + tuple(corpus.language_tags(config.dataset)),
+                              character_coverage=config.get('vocab_character_coverage', 1.0))
+  # A temporary file of its own: every host of a multi-host run gets here, perhaps in one shared directory.
+  handle, temporary = tempfile.mkstemp(dir=workdir, prefix=VOCABULARY_RECORD + '.')
+  with os.fdopen(handle, 'w', encoding='utf-8') as f:
+    json.dump(record, f, indent=2)
+  os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from a shared directory's other users
+  os.replace(temporary, record_path)
+  return tokenizer
+
+
+UNKNOWN_WARNING_FRACTION = 0.01  # of the training tokens: a few rare characters are normal, more is a mismatch
+
+
+def _warn_of_unknown_pieces(source_ids, target_ids, tokenizer, config) -> float:
+  """Warns when more than UNKNOWN_WARNING_FRACTION of either side's training tokens are <unk>: a vocabulary
+  inherited from init_from or a distillation teacher (or a resumed run's) that cannot spell this corpus trains
+  the model on <unk> without a word. Returns the larger fraction."""
+  worst = 0.0
+  for side, rows in (('source', source_ids), ('target', target_ids)):
+    flat = np.concatenate(rows) if rows else np.zeros((0,), np.int32)  # one pass (4.5M lines: seconds)
+    fraction = int((flat == UNK_ID).sum()) / max(len(flat), 1)
+    worst = max(worst, fraction)
+    if fraction > UNKNOWN_WARNING_FRACTION:
+      lines = sum(1 for row in rows if (row == UNK_ID).any())
+      origin = ('config.init_from\'s' if config.get('init_from') else 'the distillation teacher\'s'
+                if config.dataset.get('distilled_dir') else 'this work directory\'s')
+      logging.warning('%.1f%% of the training %s tokens (in %d of %d lines) are <unk>: %s vocabulary (%s) cannot '
+                      'spell this corpus; a vocabulary trained on it needs a new work directory without init_from',
+                      100 * fraction, side, lines, len(rows), origin, tokenizer.model_path)
+  return worst
+
+
+VOCABULARY_RECORD = 'vocabulary.json'  # what spm.model was trained on, beside it
+
+
+# The dataset fields that decide the vocabulary's training text (the training split's lines and the language
+# tags): not the validation or test files (mending those after a failed start keeps the vocabulary), nor how
+# batches mix raw and distilled targets.
+_VOCABULARY_DATASET_FIELDS = ('name', 'data_dir', 'train_files', 'train_split', 'reverse')
+
+
+def _vocabulary_record(config) -> dict:
+  """What a vocabulary trained for this config depends on: the training text, vocab_size, seed, coverage."""
+  dataset = json.loads(config.dataset.to_json())
+  return {'dataset': {k: dataset.get(k) for k in _VOCABULARY_DATASET_FIELDS},
+          'language_tags': list(corpus.language_tags(config.dataset)), 'vocab_size': config.vocab_size,
+          'seed': config.get('seed'), 'character_coverage': config.get('vocab_character_coverage', 1.0)}
+
+
+def _read_json(path: str):
+  """The JSON in path; None where there is none or it does not parse (nothing to compare with)."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
 
 
 def load_training_data(config, workdir: str, batch_multiple: int = 1) -> TrainingData:
@@ -65,8 +133,9 @@ def load_training_data(config, workdir: str, batch_multiple: int = 1) -> Trainin
   if config.dataset.get('distilled_dir'):
     distilled_ids = tokenizer.encode(distilled.load_distilled_targets(config.dataset.distilled_dir, train.sources,
                                                                    train_split))
-  src, tgt, kept_distilled, skipped = batching.prepare_pairs(
-      tokenizer.encode(train.sources), tokenizer.encode(train.targets), max_length, distilled_ids)
+  source_ids, target_ids = tokenizer.encode(train.sources), tokenizer.encode(train.targets)
+  _warn_of_unknown_pieces(source_ids, target_ids, tokenizer, config)
+  src, tgt, kept_distilled, skipped = batching.prepare_pairs(source_ids, target_ids, max_length, distilled_ids)
   buckets = [b for b in config.bucket_lengths if b < max_length] + [max_length]
   train_batches = batching.TrainBatches(src, tgt, buckets, config.tokens_per_batch, config.seed,
                                         batch_multiple, kept_distilled, config.dataset.get('p_raw', 0.0))

@@ -3,9 +3,9 @@
 Special ids are fixed so that every other module can rely on them: PAD=0, EOS=1, BOS=2, UNK=3.
 
 New vocabularies also reserve the symbols that other training objectives and decoders feed the decoder
-(RESERVED_SYMBOLS, as SentencePiece user-defined symbols, so they are single pieces that no text produces by
-accident): `<mask>` for CMLM and HRT's Skip-CMLM, chunk-BOS `<bos_2>` ... `<bos_8>` for HRT's Skip-AT with
-chunk size k, and direction starts `<bos_dir_1>` ... `<bos_dir_7>` for the interleaved decoders' extra
+(RESERVED_SYMBOLS, as SentencePiece user-defined symbols, so they are single pieces; Tokenizer encodes text
+without them, so no text produces them, and drops them when it decodes): `<mask>` for CMLM and HRT's
+Skip-CMLM, chunk-BOS `<bos_2>` ... `<bos_8>` for HRT's Skip-AT with chunk size k, and direction starts `<bos_dir_1>` ... `<bos_dir_7>` for the interleaved decoders' extra
 directions. An AT model trained today can therefore be fine-tuned into an HRT, CMLM or interleaved model
 without a new vocabulary. Vocabularies trained before the reservation still load; asking one for a symbol it
 lacks (`special_id`) is a clear error.
@@ -15,6 +15,7 @@ import io
 import logging
 import os
 import random
+import tempfile
 
 import numpy as np
 import sentencepiece as spm
@@ -94,6 +95,26 @@ class Tokenizer:
     if (self._sp.pad_id(), self._sp.eos_id(), self._sp.bos_id(), self._sp.unk_id()) != (
         PAD_ID, EOS_ID, BOS_ID, UNK_ID):
       raise FastmtError(f'{model_path} was not trained with fastmt special ids (pad 0, eos 1, bos 2, unk 3)')
+    # The reserved symbols are user-defined pieces, which SentencePiece matches wherever their literal occurs:
+    # text that contains "<mask>" (XML, code, a corpus about masks) would encode to the mask id that CMLM and
+    # HRT train on, and a model's <bos_k> would come out as text. Text is encoded with a copy of the vocabulary
+    # in which they are UNUSED (never produced; every other piece, id and segmentation the same), so a literal
+    # "<mask>" is spelled with ordinary pieces; decode drops their ids.
+    proto = _proto(model_path)
+    reserved = [i for i, piece in enumerate(proto.pieces) if piece.piece in RESERVED_SYMBOLS]
+    self._reserved_ids = frozenset(reserved)
+    self._text_sp = self._sp
+    # What a line the vocabulary cannot spell encodes to: <unk>, bare word boundaries, and a multilingual
+    # model's language tag (user-defined pieces other than the reserved ones) in front of them.
+    boundary = self._sp.piece_to_id('\u2581')
+    tags = {i for i, piece in enumerate(proto.pieces)
+            if piece.type == piece.USER_DEFINED and piece.piece not in RESERVED_SYMBOLS}
+    self._unreadable_ids = frozenset({UNK_ID} | tags |
+                                     ({boundary} if self._sp.id_to_piece(boundary) == '\u2581' else set()))
+    if reserved:
+      for i in reserved:
+        proto.pieces[i].type = proto.pieces[i].UNUSED
+      self._text_sp = spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
 
   @property
   def vocab_size(self) -> int:
@@ -108,18 +129,30 @@ class Tokenizer:
     """
     texts = list(texts)
     if len(texts) < SMALL_ENCODE_BATCH:
-      return [np.asarray(self._sp.encode(text), np.int32) for text in texts]
-    return [np.asarray(ids, np.int32) for ids in self._sp.encode(texts)]
+      return [np.asarray(self._text_sp.encode(text), np.int32) for text in texts]
+    return [np.asarray(ids, np.int32) for ids in self._text_sp.encode(texts)]
 
   def decode(self, ids_batch) -> list[str]:
-    """Detokenises rows of ids; stops each row at its first EOS and ignores PAD/BOS."""
+    """Detokenises rows of ids; stops each row at its first EOS and ignores PAD, BOS and the reserved symbols
+    (<mask>, <bos_k>, <bos_dir_d>: a decoder's inputs, never text)."""
     texts = []
     for ids in ids_batch:
       ids = [int(i) for i in ids]
       if EOS_ID in ids:
         ids = ids[:ids.index(EOS_ID)]
-      texts.append(self._sp.decode([i for i in ids if i not in (PAD_ID, BOS_ID)]))
+      texts.append(self._sp.decode([i for i in ids if i not in (PAD_ID, BOS_ID) and i not in self._reserved_ids]))
     return texts
+
+  @property
+  def text_processor(self) -> spm.SentencePieceProcessor:
+    """The SentencePieceProcessor that encode() uses (the reserved symbols unused; the same ids and pieces):
+    for tools that need SentencePiece's own calls, e.g. pieces rather than ids."""
+    return self._text_sp
+
+  def spells_nothing(self, ids) -> bool:
+    """Whether ids are only <unk>, bare word boundaries ('▁') and language tags: text in characters this
+    vocabulary lacks (another script, emoji), which a model can only answer with an invented sentence."""
+    return all(int(i) in self._unreadable_ids for i in ids)
 
   def has_piece(self, symbol: str) -> bool:
     """Whether `symbol` is one piece of this vocabulary (a language tag of a multilingual model, say)."""
@@ -137,11 +170,15 @@ class Tokenizer:
     return [self._sp.id_to_piece(int(i)) for i in ids]
 
 
+MAX_SENTENCE_BYTES = 4192  # SentencePiece's max_sentence_length: it skips longer training lines
+
+
 def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sentences: int = 300_000,
-                    seed: int = 0, user_symbols: tuple[str, ...] = ()) -> Tokenizer:
+                    seed: int = 0, user_symbols: tuple[str, ...] = (), character_coverage: float = 1.0) -> Tokenizer:
   """Trains a joint unigram SentencePiece model on `texts` (sampled deterministically) and saves it.
 
   user_symbols: strings that must stay single pieces (a multilingual model's target-language tags).
+  character_coverage: the share of characters with a piece of their own (config.vocab_character_coverage).
   """
   texts = [t for t in texts if t.strip()]
   if len(texts) > max_sentences:
@@ -149,20 +186,36 @@ def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sent
   model = io.BytesIO()
   if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
     raise FastmtError(f'config.vocab_size must be a whole number >= 1, got {vocab_size!r}')
+  if (isinstance(character_coverage, bool) or not isinstance(character_coverage, (int, float))
+      or not 0.98 <= character_coverage <= 1):
+    raise FastmtError(f'config.vocab_character_coverage must be in [0.98, 1] (SentencePiece\'s range), got '
+                      f'{character_coverage!r}')
+  if not texts:
+    raise FastmtError('no training text to train a vocabulary on: the training split has no line with text')
+  too_long = sum(len(t.encode('utf-8')) > MAX_SENTENCE_BYTES for t in texts)
   try:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size, model_type='unigram',
-        character_coverage=1.0, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
+        character_coverage=character_coverage, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
         input_sentence_size=max_sentences, shuffle_input_sentence=False, num_threads=os.cpu_count() or 1,
-        user_defined_symbols=list(user_symbols), minloglevel=2)
+        max_sentence_length=MAX_SENTENCE_BYTES, user_defined_symbols=list(user_symbols), minloglevel=2)
   except RuntimeError as e:  # the corpus cannot give vocab_size pieces, or has more characters than that
     reason = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+    hint = 'set config.vocab_size'
+    if 'required_chars' in reason:
+      hint += ', or config.vocab_character_coverage below 1 (about 0.9995 for Chinese or Japanese)'
+    if too_long:  # SentencePiece skipped them: a file with CR-only line endings reads as a few huge lines
+      hint += (f'; {too_long} of the {len(texts)} lines are longer than {MAX_SENTENCE_BYTES} bytes, which '
+               'SentencePiece skips (a file whose lines end in CR only reads as one line)')
     raise FastmtError(f'cannot train a {vocab_size}-piece vocabulary on {len(texts)} training sentences: '
-                      f'{reason} (set config.vocab_size)') from None
-  os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
-  tmp_path = model_path + '.tmp'
-  with open(tmp_path, 'wb') as f:
+                      f'{reason} ({hint})') from None
+  directory = os.path.dirname(os.path.abspath(model_path))
+  os.makedirs(directory, exist_ok=True)
+  # A temporary file of its own: the hosts of a multi-host run all train it, perhaps into one shared directory.
+  handle, tmp_path = tempfile.mkstemp(dir=directory, prefix=os.path.basename(model_path) + '.')
+  with os.fdopen(handle, 'wb') as f:
     f.write(model.getvalue())
+  os.chmod(tmp_path, 0o644)  # mkstemp's 0600 would hide it from a shared directory's other users
   os.replace(tmp_path, model_path)
   logging.info('Trained a %d-piece SentencePiece model on %d sentences -> %s', vocab_size, len(texts),
                model_path)
