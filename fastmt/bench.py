@@ -24,6 +24,7 @@ import numpy as np
 from fastmt.data import corpus
 from fastmt import api, cli, decode_lib, precision, roofline, width, workdir as workdir_lib
 from fastmt.decoding import registry
+from fastmt import translate
 from fastmt.translate import DecodeSettings, Translator
 from fastmt.errors import FastmtError
 
@@ -238,7 +239,8 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
         f'calls/sentence {r.decoder_calls_per_sentence:.2f} '
         f'({time.perf_counter() - start:.0f} s)')
     if exactness_at_batch1 and not label.startswith('beam'):
-      hypotheses_b1[label], _ = translator.translate(sources, 1)
+      with translate.quiet_repeated_warnings():  # the same sentences as the pass above
+        hypotheses_b1[label], _ = translator.translate(sources, 1)
       if references is not None:  # differs from the batched BLEU where outputs depend on the batch (clusters)
         r.bleu_b1 = decode_lib.bleu_metric(bleu_tokenize).corpus_score(hypotheses_b1[label], [references]).score
   if baseline in hypotheses:
@@ -278,14 +280,15 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
 def _interleaved_times(translators: dict, sentences, batch_size: int, repeats: int) -> dict:
   """Seconds per pass over `sentences`, per label: one warm-up pass each (compiles any missing shape), then
   `repeats` rounds in which every translator runs once, in an order rotated from round to round."""
-  for translator in translators.values():
-    translator.translate(sentences, batch_size)
-  times = {label: [] for label in translators}
-  for rep in range(repeats):
-    for label in _rotated(list(translators), rep):
-      start = time.perf_counter()
-      translators[label].translate(sentences, batch_size)
-      times[label].append(time.perf_counter() - start)
+  with translate.quiet_repeated_warnings():  # the quality pass warned of these sentences once
+    for translator in translators.values():
+      translator.translate(sentences, batch_size)
+    times = {label: [] for label in translators}
+    for rep in range(repeats):
+      for label in _rotated(list(translators), rep):
+        start = time.perf_counter()
+        translators[label].translate(sentences, batch_size)
+        times[label].append(time.perf_counter() - start)
   return times
 
 

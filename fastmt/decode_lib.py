@@ -27,6 +27,7 @@ from fastmt.data import corpus
 from fastmt.data.tokenizer import Tokenizer
 from fastmt.decoding import drafts, registry
 from fastmt.errors import FastmtError, MissingError
+from fastmt import translate as translate_lib
 from fastmt.translate import DecodeSettings, TranslationStats, Translator, has_visible_text
 
 
@@ -358,12 +359,13 @@ def time_at_batch1(translator: Translator, sentences: list[str]) -> float | None
   sentences = [sentences[i] for i in translator.decodable(sentences)]  # a blank line would time no decoding
   if not sentences:
     return None
-  translator.translate(sentences, 1)  # compile the batch-1 shapes
   per_sentence = []
-  for sentence in sentences:
-    t = time.perf_counter()
-    translator.translate([sentence], 1)
-    per_sentence.append(time.perf_counter() - t)
+  with translate_lib.quiet_repeated_warnings():  # sentences the translation pass has warned of
+    translator.translate(sentences, 1)  # compile the batch-1 shapes
+    for sentence in sentences:
+      t = time.perf_counter()
+      translator.translate([sentence], 1)
+      per_sentence.append(time.perf_counter() - t)
   return 1000 * statistics.median(per_sentence)
 
 

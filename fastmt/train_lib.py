@@ -145,15 +145,6 @@ def check_or_save_model_config(workdir: str, model_config: ModelConfig):
       f.write(model_config.to_json())
 
 
-class _DropPerCallWarnings(logging.Filter):
-  """Drops the Translator's per-call warnings about outputs at the cap and lines in characters the vocabulary
-  lacks: during training they came at every evaluation without naming the split (an undertrained model
-  repeats itself); the history's valid_outputs_at_cap counts the first instead."""
-
-  def filter(self, record):
-    return record.msg not in (translate.OUTPUT_CAP_WARNING, translate.UNREADABLE_WARNING)
-
-
 def validation_bleu(params, model_config, tokenizer, validation, num_sentences: int, objective: str = 'at',
                     objective_options=None, stats=None, tokenize: str = '13a'):
   """Greedy BLEU on the first validation sentences, with the objective's own decoder (greedy or ib).
@@ -165,13 +156,10 @@ def validation_bleu(params, model_config, tokenizer, validation, num_sentences: 
   translator = Translator(model_config, params, tokenizer, DecodeSettings(registry.DEFAULT_ALGORITHM[objective]),
                           objective=objective, objective_options=objective_options)
   sources, references = validation.sources[:num_sentences], validation.targets[:num_sentences]
-  quiet = _DropPerCallWarnings()
-  logger = logging.getLogger()  # translate.py logs to the root logger
-  logger.addFilter(quiet)
-  try:
+  # The per-call warnings came at every evaluation without naming the split (an undertrained model repeats
+  # itself); the history's valid_outputs_at_cap counts the outputs at the cap instead.
+  with translate.quiet_repeated_warnings():
     hypotheses, _ = translator.translate(sources, batch_size=32, stats=stats)
-  finally:
-    logger.removeFilter(quiet)
   return decode_lib.bleu_metric(tokenize).corpus_score(hypotheses, [references]).score
 
 

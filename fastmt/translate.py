@@ -17,6 +17,7 @@ model's maximum is truncated (counted, with a warning naming the input line), an
 cap is counted.
 """
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -133,10 +134,33 @@ def transposed_output_layout(params):
 
 
 _LINES_AT_CAP_NAMED = 10  # the cap warning names this many input lines at most
-# The per-call warnings (named so that training's validation, which counts them instead, can leave them out).
+# The per-call warnings about the inputs and outputs of a call (quiet_repeated_warnings leaves them out).
 OUTPUT_CAP_WARNING = '%d outputs reached the output cap without EOS (input line%s %s%s)'
 UNREADABLE_WARNING = ('%d input line%s in characters the vocabulary lacks only (line%s %s%s): translated as empty '
                       'lines')
+
+
+class _DropPerCallWarnings(logging.Filter):
+
+  def filter(self, record):
+    return record.msg not in (OUTPUT_CAP_WARNING, UNREADABLE_WARNING)
+
+
+@contextlib.contextmanager
+def quiet_repeated_warnings():
+  """Within it, Translator calls do not log their per-call warnings (outputs at the cap, unreadable lines).
+
+  For callers that translate the same sentences again and again or count those themselves: the bench's timing
+  passes (the quality pass has warned once), training's validation BLEU at every evaluation (the history
+  counts valid_outputs_at_cap). Warnings about the inputs of one line (truncation) still come.
+  """
+  quiet = _DropPerCallWarnings()
+  logger = logging.getLogger()  # this module logs to the root logger
+  logger.addFilter(quiet)
+  try:
+    yield
+  finally:
+    logger.removeFilter(quiet)
 
 
 def _stats_or_new(stats) -> TranslationStats:

@@ -385,6 +385,17 @@ def test_validation_bleu_counts_the_outputs_at_cap_instead_of_warning(model_part
   assert 'reached the output cap' in caplog.text  # the filter is gone after validation
 
 
+def test_repeated_passes_leave_out_the_per_call_warnings_but_not_truncation(model_parts, caplog):
+  """The bench's timing passes and --speed_sentences translate sentences already warned of, dozens of times."""
+  translator = Translator(*model_parts, DecodeSettings(output_length_ratio=0.01))
+  long_line = ' '.join(['light'] * (3 * model_parts[0].max_length))
+  with translate.quiet_repeated_warnings():
+    _, stats = translator.translate(['And God said, Let there be light.', '😀', long_line], batch_size=2)
+  assert stats.outputs_at_cap and stats.unreadable_inputs == 1
+  assert 'reached the output cap' not in caplog.text and 'vocabulary lacks' not in caplog.text
+  assert 'Input line 3 has' in caplog.text  # one line's own problem: still said
+
+
 def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):
   """The tiny model repeats itself: at a cap of 9 tokens its outputs stop there; the warning says where."""
   translator = Translator(*model_parts, DecodeSettings(output_length_ratio=0.01))
