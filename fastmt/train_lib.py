@@ -172,30 +172,24 @@ def _metric_writer(workdir, start_step: int):
   return SummaryWriter(os.path.join(workdir, 'tensorboard'), purge_step=start_step + 1)
 
 
-_PATH_FIELDS = ('init_from', 'dataset.data_dir', 'dataset.distilled_dir')  # and dataset.<split>_files
-
-
 def with_absolute_paths(config):
-  """A copy of config whose file and directory names are absolute (os.PathLike ones as str).
+  """A copy of config whose file and directory names are absolute (os.PathLike ones as str; '' stays unset).
 
   The work directory records the config (config.json), and decode.py, fastmt-bench, fastmt-distill and a
   resumed run read its dataset files from there: a relative name would be read from wherever those run,
-  another file or none. Empty names stay empty (unset).
+  another file or none.
   """
   config = config.copy_and_resolve_references()
-  absolute = lambda name: os.path.abspath(os.path.expanduser(os.fspath(name))) if os.fspath(name) else ''
-  for field in _PATH_FIELDS:
-    parent, _, key = field.rpartition('.')
-    holder = config.get(parent) if parent else config
-    if holder is not None and key in holder and isinstance(holder[key], (str, os.PathLike)):
-      with holder.ignore_type():
-        holder[key] = absolute(holder[key])
+  if 'init_from' in config:
+    with config.ignore_type():
+      config.init_from = corpus.absolute_path(config.init_from)
   dataset = config.get('dataset')
-  for split in corpus.SPLITS:
-    files = dataset.get(f'{split}_files') if dataset is not None else None
-    if isinstance(files, (tuple, list)) and all(isinstance(f, (str, os.PathLike)) for f in files):
-      with dataset.ignore_type():
-        dataset[f'{split}_files'] = tuple(absolute(f) for f in files)
+  if dataset is not None:
+    absolute = corpus.with_absolute_paths(dataset.to_dict())
+    with dataset.ignore_type():
+      for key, value in absolute.items():
+        if value != dataset[key]:
+          dataset[key] = value
   return config
 
 

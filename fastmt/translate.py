@@ -385,9 +385,11 @@ class Translator:
     script or symbols the vocabulary lacks; decoding it would only invent a sentence."""
     visible = [i for i, t in enumerate(texts) if has_visible_text(t)]
     rows = self.tokenizer.encode([texts[i] for i in visible])
-    unreadable = [visible[k] for k, row in enumerate(rows) if len(row) and self.tokenizer.spells_nothing(row)]
-    kept = [k for k, row in enumerate(rows) if len(row) and not self.tokenizer.spells_nothing(row)]
-    return [visible[k] for k in kept], [rows[k] for k in kept], unreadable
+    kept, unreadable = [], []
+    for k, row in enumerate(rows):
+      if len(row):
+        (unreadable if self.tokenizer.spells_nothing(row) else kept).append(k)
+    return [visible[k] for k in kept], [rows[k] for k in kept], [visible[k] for k in unreadable]
 
   def row_cap(self, source_length: int) -> int:
     return output_cap(self.config, source_length, self.settings)

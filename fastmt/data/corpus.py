@@ -175,16 +175,23 @@ def _load_text_files(dataset_config, split: str) -> ParallelText:
   return ParallelText(sources, targets)
 
 
+def absolute_path(name):
+  """A file or directory name (str or os.PathLike) as an absolute str, read from here; '' stays '' (unset)."""
+  if not isinstance(name, (str, os.PathLike)) or not os.fspath(name):
+    return name
+  return os.path.abspath(os.path.expanduser(os.fspath(name)))
+
+
 def with_absolute_paths(dataset: dict) -> dict:
-  """A recorded dataset block (config.json's, a dict) with its file and directory names absolute, as read from
-  the current directory: records written before train.py made them absolute compare equal to today's."""
-  absolute = lambda name: os.path.abspath(os.path.expanduser(name)) if isinstance(name, str) and name else name
+  """A dataset block (a dict: config.json's, or a config's to_dict()) with its file and directory names
+  absolute, as read from the current directory (train.py records them so; records written before it did
+  compare equal to today's). Lists and tuples of files keep their type."""
   dataset = dict(dataset)
   for key, value in dataset.items():
     if key in ('data_dir', 'distilled_dir'):
-      dataset[key] = absolute(value)
+      dataset[key] = absolute_path(value)
     elif key.endswith('_files') and isinstance(value, (list, tuple)):
-      dataset[key] = [absolute(name) for name in value]
+      dataset[key] = type(value)(absolute_path(name) for name in value)
   return dataset
 
 
