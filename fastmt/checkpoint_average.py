@@ -8,6 +8,11 @@ points on the trajectory. The run must keep at least N checkpoints (`--config.ma
 The output directory holds the averaged parameters as one checkpoint (at the newest averaged step), plus the
 run's model config, training config and SentencePiece model, so decode.py and fastmt.bench read it like any
 work directory. It holds no optimiser state: it is not a run to resume.
+
+`--dtype bfloat16` stores the parameters in bfloat16: half the size, for carrying a model where space is
+short (benchmarks/gpu_carry.sh: a lent GPU takes 64 MiB per run). Loading casts them back to the model's own
+float32 (fastmt.workdir.restore_params), so the model decodes as one whose weights were rounded to bfloat16;
+`--last 1` turns a single checkpoint into such a directory.
 """
 
 import json
@@ -69,8 +74,24 @@ def average_last_checkpoints(workdir: str, last: int, up_to='latest'):
   return average_trees(params), steps
 
 
-def write_averaged_workdir(workdir: str, output: str, params, steps) -> None:
-  """A decode-ready work directory: the averaged params at the newest step, with the run's configs and vocab."""
+STORED_DTYPES = ('float32', 'bfloat16')
+
+
+def stored_as(params, dtype: str):
+  """The parameters to write: float leaves in `dtype` (one of STORED_DTYPES), integer leaves (an int8 model's
+  values) as they are."""
+  if dtype not in STORED_DTYPES:
+    raise FastmtError(f'--dtype must be one of {STORED_DTYPES}, got {dtype!r}')
+  cast = lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
+  return jax.tree_util.tree_map(lambda x: cast(jnp.asarray(x)), params)
+
+
+def write_averaged_workdir(workdir: str, output: str, params, steps, dtype: str = 'float32') -> None:
+  """A decode-ready work directory: the averaged params at the newest step, with the run's configs and vocab.
+
+  dtype: how the parameters are stored (STORED_DTYPES); they load as the model's own dtypes whatever it is.
+  """
+  params = stored_as(params, dtype)  # before anything is written: a bad dtype leaves no directory behind
   if os.path.abspath(output) == os.path.abspath(workdir):
     raise FastmtError('--output must differ from --workdir (the run keeps its own checkpoints)')
   if os.path.exists(os.path.join(output, workdir_lib.CHECKPOINT_DIR)):
@@ -84,7 +105,7 @@ def write_averaged_workdir(workdir: str, output: str, params, steps) -> None:
   manager.save(steps[-1], args=ocp.args.StandardSave({'params': params}))
   manager.wait_until_finished()
   with open(os.path.join(output, AVERAGED_FROM_FILE), 'w') as f:
-    json.dump({'workdir': os.path.abspath(workdir), 'steps': steps}, f, indent=1)
+    json.dump({'workdir': os.path.abspath(workdir), 'steps': steps, 'stored_dtype': dtype}, f, indent=1)
 
 
 FLAGS = flags.FLAGS
@@ -97,12 +118,14 @@ def define_flags():
   flags.DEFINE_integer('last', 5, 'How many of the newest checkpoints to average.')
   flags.DEFINE_string('output', None, 'New work directory for the averaged model.')
   flags.DEFINE_string('checkpoint', 'latest', 'Average the --last checkpoints up to this one: latest or a step.')
+  flags.DEFINE_enum('dtype', 'float32', list(STORED_DTYPES), 'How the averaged parameters are stored: bfloat16 '
+                    'halves the directory (loading casts them back to float32: weights rounded to bfloat16).')
 
 
 def main(argv):
   del argv  # cli.run refuses positional arguments
   params, steps = average_last_checkpoints(FLAGS.workdir, FLAGS.last, FLAGS.checkpoint)
-  write_averaged_workdir(FLAGS.workdir, FLAGS.output, params, steps)
+  write_averaged_workdir(FLAGS.workdir, FLAGS.output, params, steps, FLAGS.dtype)
   print(f'Averaged steps {steps} of {FLAGS.workdir} into {FLAGS.output}')
 
 

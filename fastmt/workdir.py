@@ -218,7 +218,8 @@ def restore_params(workdir: str, model_config: ModelConfig | None = None, checkp
     raise FastmtError(f'Checkpoint step {step} in {directory} cannot be read ({type(e).__name__}: '
                       f'{str(e).splitlines()[0] if str(e) else ""}); is it damaged? Try another --checkpoint') from e
   params = restored.get('params') if isinstance(restored, dict) else None
-  expected = jax.tree_util.tree_map(lambda x: x.shape, abstract_params(model_config))
+  abstract = abstract_params(model_config)
+  expected = jax.tree_util.tree_map(lambda x: x.shape, abstract)
   found = None if params is None else jax.tree_util.tree_map(lambda x: tuple(x.shape), params)
   if found is None or jax.tree_util.tree_structure(expected) != jax.tree_util.tree_structure(found) or \
       expected != found:
@@ -231,4 +232,14 @@ def restore_params(workdir: str, model_config: ModelConfig | None = None, checkp
     raise FastmtError(f'Checkpoint step {step} in {directory} has NaN or Inf weights in {len(non_finite)} '
                       f'array(s), e.g. {non_finite[0]}: damaged, or saved after training diverged; try another '
                       '--checkpoint')
-  return params, step
+  # Float parameters stored in another precision (fastmt-average --dtype bfloat16, to carry a model) load as
+  # the model's own dtypes: every caller sees the parameters a model of this config has.
+  return jax.tree_util.tree_map(_in_dtype_of, params, abstract), step
+
+
+def _in_dtype_of(value, abstract):
+  """value cast to abstract's dtype where both are floating point and differ; else value itself."""
+  if value.dtype != abstract.dtype and jnp.issubdtype(value.dtype, jnp.floating) and \
+      jnp.issubdtype(abstract.dtype, jnp.floating):
+    return np.asarray(value).astype(abstract.dtype)
+  return value

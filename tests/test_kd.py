@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from conftest import DATA
@@ -36,6 +37,25 @@ def test_averaged_workdir_holds_the_mean_of_the_last_checkpoints_and_decodes(tra
   first, second = (workdir_lib.restore_params(trained_workdir, model_config, checkpoint=s)[0] for s in steps)
   jax.tree_util.tree_map(lambda r, a, b: np.testing.assert_allclose(r, (a + b) / 2, rtol=1e-6), restored, first,
                          second)
+  translator = decode_lib.load_translator(output, DecodeSettings('greedy'))
+  hypotheses, _ = translator.translate(['In the beginning God created the heavens.'], 1)
+  assert len(hypotheses) == 1
+
+
+def test_parameters_stored_in_bfloat16_load_as_the_models_float32(trained_workdir, tmp_path):
+  params, steps = checkpoint_average.average_last_checkpoints(trained_workdir, 1)
+  with pytest.raises(ValueError, match='--dtype must be one of'):
+    checkpoint_average.write_averaged_workdir(trained_workdir, str(tmp_path / 'bad'), params, steps, 'float16')
+  assert not os.path.exists(tmp_path / 'bad')  # refused before anything was written
+  output = str(tmp_path / 'half')
+  checkpoint_average.write_averaged_workdir(trained_workdir, output, params, steps, 'bfloat16')
+  stored = workdir_lib.checkpoint_manager(output).restore(steps[-1], args=ocp.args.StandardRestore())['params']
+  assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(stored)} == {np.dtype(jnp.bfloat16)}
+  restored, _ = workdir_lib.restore_params(output)
+  # Every caller sees float32 parameters: the model's own, rounded to bfloat16 once.
+  for got, original in zip(jax.tree_util.tree_leaves(restored), jax.tree_util.tree_leaves(params)):
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.asarray(original).astype(jnp.bfloat16).astype(np.float32))
   translator = decode_lib.load_translator(output, DecodeSettings('greedy'))
   hypotheses, _ = translator.translate(['In the beginning God created the heavens.'], 1)
   assert len(hypotheses) == 1
