@@ -29,6 +29,10 @@
 #   FIRST_STAGES=none RUNS=runs/smoke STEPS=20 FT_STEPS=20 TOKENS=512 BENCH_FLAGS="--limit 16 \
 #     --speed_sentences 4 --large_batch_sentences 16 --repeats 1" bash benchmarks/fast_decoders_gpu.sh
 #   # (with KD_FROM=raw, no distillation is needed: PY=.venv/bin/python KD_FROM=raw IB_ROWS= DRAFTER= ...)
+#   # models trained on a CPU and carried to the lent machine (benchmarks/gpu_carry.sh makes the folder): no
+#   # training at all, the whole run for the benches (at_raw_avg5 and hrt_k2_avg5 in .gpu_carry/models)
+#   MODELS_FROM=.gpu_carry/models FASTMT_CACHE=$PWD/.gpu_carry KD_FROM=raw IB_ROWS= DRAFTER= \
+#     TABLE_METHODS=greedy,hrt bash benchmarks/fast_decoders_gpu.sh   # (gpu_carry.sh's header: the whole command)
 #
 # On a bare lent machine, carry the wheels its image lacks and a copy of the prepared corpus (FASTMT_CACHE=DIR
 # holding tfds/), and keep XLA's GPU autotuning on (benchmarks/interleaved_gpu.sh's header says why).
@@ -42,7 +46,9 @@
 # BENCH_FLAGS (more flags for every fastmt.bench run), FIRST_STAGES (royalflush.sh's stages to run first, default
 # "teacher distill"), TABLE_METHODS (default greedy,ib,hrt,hrt:5:1), SPEC_METHODS (the self-drafter's, default
 # greedy,spec:4), LATER_TABLE_METHODS and LATER_SPEC_METHODS (default none: one more bench each, after the others,
-# of AT and HRT / of the self-drafter).
+# of AT and HRT / of the self-drafter), MODELS_FROM (a folder of trained work directories named as this script
+# names them, <row>_avg5 with <row> at_raw or at_kd, hrt_k2, selfdraft_w4, drafter_w3, ib_kd ...: nothing is
+# trained, each bench runs for the models present).
 set -uo pipefail
 # Several processes share the GPU: none may take 75% of its memory up front.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 PY=${PY:-python3} RUNS=${RUNS:-runs/gpu}
@@ -66,6 +72,18 @@ log() { echo "[$(date +%T)] $*" >> "$X/progress.txt"; }
 log "start: teacher $TEACHER_STEPS steps (or ${KD_FROM:-no} KD_FROM), rows $STEPS steps, fine-tunings" \
   "$FT_STEPS steps, $TOKENS tokens, $SHAPE"
 
+if [[ -n ${MODELS_FROM:-} ]]; then  # trained elsewhere: link them in, train nothing
+  mkdir -p "$RUNS"
+  for dir in "$MODELS_FROM"/*_avg5; do
+    if [[ ! -d $dir ]]; then continue; fi
+    if [[ -e $RUNS/$(basename "$dir") ]]; then log "kept $RUNS/$(basename "$dir"), not $dir"; continue; fi
+    ln -s "$(realpath "$dir")" "$RUNS/"
+  done
+  log "models from $MODELS_FROM: $(cd "$MODELS_FROM" && ls -d ./*_avg5 2>/dev/null | tr '\n' ' ')"
+  for name in at_kd at_raw; do  # the AT model present, whatever KD_FROM says
+    if [[ ! -d $RUNS/${AT_NAME}_avg5 && -d $RUNS/${name}_avg5 ]]; then AT_NAME=$name; fi
+  done
+else
 if [[ $T == raw ]]; then
   FIRST_STAGES=none
 elif [[ -n ${KD_FROM:-} ]]; then
@@ -108,7 +126,12 @@ log "all trained"
 for name in $AT_NAME hrt_k2 selfdraft_w4 drafter_w3 $(for spec in $IB_ROWS; do echo "${spec%%:*}"; done); do
   cp "$RUNS/$name/train_history.jsonl" "$X/$name.history.jsonl" 2>/dev/null
 done
-if [[ ! -d $RUNS/${AT_NAME}_avg5 ]]; then log "no table: AT did not finish (see $RUNS/$AT_NAME.log)"; log done; exit 1; fi
+fi  # MODELS_FROM
+if [[ ! -d $RUNS/${AT_NAME}_avg5 ]]; then
+  if [[ -n ${MODELS_FROM:-} ]]; then log "no table: no at_kd_avg5 or at_raw_avg5 in $MODELS_FROM"
+  else log "no table: AT did not finish (see $RUNS/$AT_NAME.log)"; fi
+  log done; exit 1
+fi
 
 bench() {  # bench NAME WORKDIR METHODS [FLAG ...]: one fastmt.bench process on the test split -> $X/NAME.*
   local name=$1 workdir=$2 methods=$3
