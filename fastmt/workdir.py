@@ -213,7 +213,7 @@ def restore_params(workdir: str, model_config: ModelConfig | None = None, checkp
   if step not in steps:
     raise MissingError(f'{workdir!r} has no checkpoint step {step}; it has steps {steps}')
   try:
-    restored = manager.restore(step, args=ocp.args.StandardRestore())  # raw tree: checked below
+    restored = _restore_on_this_device(manager.directory, step)  # the stored tree: checked below
   except Exception as e:  # orbax raises many types for a damaged step; the user needs to know which step
     raise FastmtError(f'Checkpoint step {step} in {directory} cannot be read ({type(e).__name__}: '
                       f'{str(e).splitlines()[0] if str(e) else ""}); is it damaged? Try another --checkpoint') from e
@@ -235,6 +235,23 @@ def restore_params(workdir: str, model_config: ModelConfig | None = None, checkp
   # Float parameters stored in another precision (fastmt-average --dtype bfloat16, to carry a model) load as
   # the model's own dtypes: every caller sees the parameters a model of this config has.
   return jax.tree_util.tree_map(_in_dtype_of, params, abstract), step
+
+
+def _restore_on_this_device(directory, step: int):
+  """The whole stored tree of a checkpoint step, every array on this process's first device, whatever devices
+  wrote it: a checkpoint saved on 8 TPU cores or several GPUs (a sharding over their ids) restores on a
+  one-device CPU, which orbax's default (the saved sharding) refuses as a topology mismatch. Shapes and dtypes
+  are the stored ones, read from the step's metadata."""
+  manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False),
+                                  item_handlers=ocp.StandardCheckpointHandler())
+  try:
+    stored = manager.item_metadata(step)
+    here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    target = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=here),
+                                    getattr(stored, 'tree', stored))
+    return manager.restore(step, args=ocp.args.StandardRestore(target))
+  finally:
+    manager.close()
 
 
 def _in_dtype_of(value, abstract):
