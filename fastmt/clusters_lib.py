@@ -109,7 +109,10 @@ def load_clusters(directory: str, model_config, tokenizer, params) -> projection
     raise FastmtError(f'Clusters at {directory} were built for model/vocabulary/weights '
                      f'{metadata.get("fingerprint")}, this model is {expected}: rebuild them with '
                      f'python -m fastmt.clusters_lib for this checkpoint')
-  arrays = ocp.StandardCheckpointer().restore(os.path.join(directory, 'arrays'))
+  checkpointer = ocp.StandardCheckpointer()
+  arrays_path = os.path.join(directory, 'arrays')
+  # On this device whatever devices built them (clusters made on a TPU's cores, used on a CPU).
+  arrays = checkpointer.restore(arrays_path, workdir_lib.on_this_device(checkpointer.metadata(arrays_path)))
   return projection.Clusters(jnp.asarray(arrays['centroids']), jnp.asarray(arrays['centroid_sq_norms']),
                              jnp.asarray(arrays['active_sets']), metadata['vocab_size'], metadata['capacity'])
 

@@ -245,13 +245,20 @@ def _restore_on_this_device(directory, step: int):
   manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False),
                                   item_handlers=ocp.StandardCheckpointHandler())
   try:
-    stored = manager.item_metadata(step)
-    here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    target = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=here),
-                                    getattr(stored, 'tree', stored))
-    return manager.restore(step, args=ocp.args.StandardRestore(target))
+    return manager.restore(step, args=ocp.args.StandardRestore(on_this_device(manager.item_metadata(step))))
   finally:
     manager.close()
+
+
+def on_this_device(stored):
+  """A restore target for orbax's metadata of a stored tree (CheckpointManager.item_metadata,
+  StandardCheckpointer.metadata): the stored shapes and dtypes, every array on this process's first device,
+  whatever devices saved them (orbax's default restores the saved sharding, and refuses one over devices this
+  machine lacks)."""
+  stored = getattr(stored, 'item_metadata', stored)  # StandardCheckpointer.metadata wraps the tree once more
+  here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=here),
+                                getattr(stored, 'tree', stored))
 
 
 def _in_dtype_of(value, abstract):
