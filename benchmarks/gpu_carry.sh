@@ -5,6 +5,7 @@
 #                                  checkpoint; they load as float32, the weights rounded to bfloat16), named as
 #                                  benchmarks/fast_decoders_gpu.sh names its rows (MODELS_FROM). Bench the same
 #                                  folders on the CPU, so that both machines' figures are of the same weights.
+#                                  With it, its bigram draft table (decode_lib.load_draft_table).
 #   .gpu_carry/tfds/...            the prepared Bible pair without its training split (FASTMT_CACHE): the benches
 #                                  read the test and validation splits only
 #   .whl/                          the wheels the GPU image lacks (the device tool's README: Python 3.12)
@@ -43,6 +44,9 @@ for row in $ROWS; do
   # One checkpoint, parameters only: what checkpoint averaging writes (of the last 1: the checkpoint itself).
   rm -rf "$target.tmp"
   $PY -m fastmt.checkpoint_average --workdir "$workdir" --last 1 --output "$target.tmp" --dtype "${DTYPE:-bfloat16}"
+  # The bigram draft table of the training targets (tens of KiB), which the carried corpus cannot rebuild: the
+  # bigram and n-gram drafters then guess on the GPU as they do here.
+  $PY -c "import sys; from fastmt import decode_lib; decode_lib.load_draft_table(sys.argv[1])" "$target.tmp"
   mv "$target.tmp" "$target"
 done
 

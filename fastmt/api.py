@@ -19,7 +19,6 @@ import os
 from typing import Iterable, Iterator, Sequence
 
 from fastmt import precision, width, workdir as workdir_lib
-from fastmt.decoding import registry
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
@@ -58,12 +57,8 @@ class TranslationModel:
     draft_model = self._load_draft_model(draft_model)
     key = (decode_settings, clusters, draft_model)  # the key holds the drafter: its identity stays unique
     if key not in self._translators:
-      draft_table = None
-      if registry.needs_draft_table(decode_settings) and self.workdir is None:
-        raise FastmtError("the bigram draft table needs the model's work directory (its training targets)")
-      if registry.uses_draft_table(decode_settings) and self.workdir is not None:
-        from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
-        draft_table = decode_lib.load_draft_table(self.workdir)
+      from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+      draft_table = decode_lib.draft_table_for(self.workdir, decode_settings)
       self._translators[key] = Translator(self.config, self.params, self.tokenizer, decode_settings,
                                           self._load_clusters(clusters), draft_table, self.objective,
                                           objective_options=self.objective_options, draft_model=draft_model)

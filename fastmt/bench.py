@@ -159,7 +159,7 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
       return Translator(*weights, tokenizer, settings, draft_table=table, objective=objective,
                         objective_options=options, draft_model=draft_model)
 
-    table = decode_lib.load_draft_table(workdir) if registry.uses_draft_table(settings) else None
+    table = decode_lib.draft_table_for(workdir, settings)
     draft_model = None
     if registry.get(settings.algorithm).uses_draft_model(settings):
       if drafter is None:

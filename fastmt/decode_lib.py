@@ -205,7 +205,8 @@ DRAFT_TABLE_FILE = 'bigram_draft.npy'
 def load_draft_table(workdir: str) -> np.ndarray:
   """The bigram draft table of a workdir's training targets (decoding/drafts.py), built once and cached there.
 
-  Only the training split is read: the table is part of the model's training data, never of its test.
+  Only the training split is read: the table is part of the model's training data, never of its test. A
+  training split that cannot be read (a model copied without its corpus) is the corpus loader's FastmtError.
   """
   path = os.path.join(workdir, DRAFT_TABLE_FILE)
   if os.path.exists(path):
@@ -216,6 +217,7 @@ def load_draft_table(workdir: str) -> np.ndarray:
   config = workdir_lib.load_train_config(workdir)
   tokenizer = workdir_lib.load_tokenizer(workdir)
   targets = corpus.load_split(config.dataset, corpus.training_split(config.dataset)).targets
+  logging.info('Building the bigram draft table of %d training targets for %s', len(targets), workdir)
   table = drafts.bigram_table(tokenizer.encode(targets), tokenizer.vocab_size)
   # A cache only: a work directory that cannot be written (read-only, shared) decodes all the same. Its own
   # temporary name, so two processes building it at once never write one file.
@@ -237,6 +239,31 @@ def load_draft_table(workdir: str) -> np.ndarray:
   return table
 
 
+def draft_table_for(workdir: str | None, settings) -> np.ndarray | None:
+  """The bigram draft table these decode settings read, or None.
+
+  Decoders that follow the table (jacobi_init='bigram', --drafter bigram) need it: no work directory, or one
+  whose training split cannot be read, is an error. --drafter ngram only uses it for the positions entering its
+  window where no lookup matches, and is meant for any model with no training data at hand: without a table
+  (no work directory, or a model copied without its corpus) it guesses PAD there, which changes its speed a
+  little and its output not at all (the commit rule keeps greedy's tokens), with a warning that says why.
+  """
+  if not registry.uses_draft_table(settings):
+    return None
+  if registry.needs_draft_table(settings):
+    if workdir is None:
+      raise FastmtError("the bigram draft table needs the model's work directory (its training targets)")
+    return load_draft_table(workdir)
+  if workdir is None:
+    return None
+  try:
+    return load_draft_table(workdir)
+  except FastmtError as e:
+    logging.warning('--drafter ngram: no bigram draft table for %s (%s); positions without a lookup match are '
+                    'guessed as PAD (the output is the same)', workdir, e)
+    return None
+
+
 @dataclasses.dataclass
 class LoadedModel:
   """What every Translator of one work directory's checkpoint shares: loaded once, however many decoders."""
@@ -249,7 +276,7 @@ class LoadedModel:
   objective_options: dict
 
   def translator(self, settings: DecodeSettings, draft_model=None) -> Translator:
-    draft_table = load_draft_table(self.workdir) if registry.uses_draft_table(settings) else None
+    draft_table = draft_table_for(self.workdir, settings)
     return Translator(self.config, self.params, self.tokenizer, settings, self.clusters, draft_table, self.objective,
                       objective_options=self.objective_options, draft_model=draft_model)
 

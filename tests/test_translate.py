@@ -291,6 +291,27 @@ def test_the_draft_table_decodes_where_the_work_directory_cannot_be_written(trai
   np.testing.assert_array_equal(decode_lib.load_draft_table(str(workdir)), table)
 
 
+def test_the_ngram_drafter_decodes_a_model_copied_without_its_corpus(trained_workdir, tmp_path, caplog):
+  """--drafter ngram is for any model: without its training text it guesses PAD where no lookup matches (same
+  output, a warning), reads no corpus and writes nothing; the bigram drafter, which follows the table, refuses."""
+  import fastmt  # pylint: disable=g-import-not-at-top
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'copy'
+  shutil.copytree(trained_workdir, workdir, ignore=shutil.ignore_patterns(decode_lib.DRAFT_TABLE_FILE))
+  config = json.loads((workdir / 'config.json').read_text())
+  config['dataset']['train_files'] = [str(tmp_path / 'gone.en'), str(tmp_path / 'gone.de')]
+  (workdir / 'config.json').write_text(json.dumps(config))
+  before = sorted(os.listdir(workdir))
+  model = fastmt.load(str(workdir))
+  lines = ['In the beginning God created the heaven and the earth.', 'And God said, Let there be light.']
+  greedy = model.translate(lines)
+  assert model.translate(lines, algorithm='spec', drafter='ngram', block_size=3) == greedy
+  assert 'no bigram draft table' in caplog.text and 'gone.en' in caplog.text
+  assert sorted(os.listdir(workdir)) == before
+  with pytest.raises(fastmt.FastmtError, match='gone.en'):
+    model.translate(lines, algorithm='spec', drafter='bigram', block_size=3)
+
+
 def test_decode_cli_unknown_flag_is_one_line(trained_workdir):
   result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--algoritm=pj'],
                           capture_output=True, text=True, cwd=REPO)
