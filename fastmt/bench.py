@@ -362,12 +362,16 @@ def format_table(results, batch_size: int = 32) -> str:
   header = (f'| method | BLEU | chrF | len ratio | = greedy | calls/sent | iter. speed-up | tok/call | '
             f'iters/batch b{b} | ms/sent b1 | speed-up b1 | words/s b1 | sent/s b{b} | speed-up b{b} | words/s b{b} | compile s |')
   lines = [header, '|' + '---|' * 16]
+
+  def timed(value, spec):  # a figure not measured (no batch-1 timing, no greedy row to divide by) reads 0: blank
+    return format(value, spec) if value else ''
   for r in results:
     lines.append(f'| {r.method} | {r.bleu:.2f} | {r.chrf:.2f} | {r.length_ratio:.3f} | {r.identical_to_greedy} | '
-                 f'{r.decoder_calls_per_sentence:.2f} | {r.iteration_speedup:.3f} | {r.tokens_per_call:.2f} | '
-                 f'{r.loop_iterations_per_batch:.1f} | {r.ms_per_sentence_b1:.2f} | {r.speedup_b1:.3f} | '
-                 f'{r.words_per_s_b1:.0f} | {r.sentences_per_s:.1f} | {r.speedup_large:.3f} | {r.words_per_s:.0f} | '
-                 f'{r.compile_s:.1f} |')
+                 f'{r.decoder_calls_per_sentence:.2f} | {timed(r.iteration_speedup, ".3f")} | '
+                 f'{r.tokens_per_call:.2f} | {r.loop_iterations_per_batch:.1f} | '
+                 f'{timed(r.ms_per_sentence_b1, ".2f")} | {timed(r.speedup_b1, ".3f")} | '
+                 f'{timed(r.words_per_s_b1, ".0f")} | {timed(r.sentences_per_s, ".1f")} | '
+                 f'{timed(r.speedup_large, ".3f")} | {timed(r.words_per_s, ".0f")} | {r.compile_s:.1f} |')
   return '\n'.join(lines)
 
 
@@ -444,6 +448,8 @@ def _check_counts() -> None:
       raise FastmtError(f'--{name} must be >= {least}, got {FLAGS[name].value}')
   for label in FLAGS.methods:
     parse_method(label, allow_auto=True)  # a malformed method is an error before any model loads
+  if FLAGS.output_dir:
+    cli.check_output_directory(FLAGS.output_dir, '--output_dir')
 
 
 def main(argv):

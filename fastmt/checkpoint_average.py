@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 
-from absl import flags
+from absl import flags, logging
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
@@ -86,16 +86,22 @@ def stored_as(params, dtype: str):
   return jax.tree_util.tree_map(lambda x: cast(jnp.asarray(x)), params)
 
 
+def check_output(workdir: str, output: str) -> None:
+  """An --output the averaged model can be written to: a new directory (or an empty one), not the run's own."""
+  if os.path.abspath(output) == os.path.abspath(workdir):
+    raise FastmtError('--output must differ from --workdir (the run keeps its own checkpoints)')
+  cli.check_output_directory(output, '--output')
+  if os.path.exists(os.path.join(output, workdir_lib.CHECKPOINT_DIR)):
+    raise FastmtError(f'{output} already holds checkpoints; choose a new --output')
+
+
 def write_averaged_workdir(workdir: str, output: str, params, steps, dtype: str = 'float32') -> None:
   """A decode-ready work directory: the averaged params at the newest step, with the run's configs and vocab.
 
   dtype: how the parameters are stored (STORED_DTYPES); they load as the model's own dtypes whatever it is.
   """
   params = stored_as(params, dtype)  # before anything is written: a bad dtype leaves no directory behind
-  if os.path.abspath(output) == os.path.abspath(workdir):
-    raise FastmtError('--output must differ from --workdir (the run keeps its own checkpoints)')
-  if os.path.exists(os.path.join(output, workdir_lib.CHECKPOINT_DIR)):
-    raise FastmtError(f'{output} already holds checkpoints; choose a new --output')
+  check_output(workdir, output)
   os.makedirs(output, exist_ok=True)
   for name in (workdir_lib.MODEL_CONFIG_FILE, workdir_lib.TRAIN_CONFIG_FILE, workdir_lib.TOKENIZER_FILE):
     shutil.copyfile(os.path.join(workdir, name), os.path.join(output, name))
@@ -124,6 +130,9 @@ def define_flags():
 
 def main(argv):
   del argv  # cli.run refuses positional arguments
+  logging.set_verbosity(logging.WARNING)  # orbax logs every read at INFO
+  check_output(FLAGS.workdir, FLAGS.output)  # before minutes of reading checkpoints
+  stored_as({}, FLAGS.dtype)
   params, steps = average_last_checkpoints(FLAGS.workdir, FLAGS.last, FLAGS.checkpoint)
   write_averaged_workdir(FLAGS.workdir, FLAGS.output, params, steps, FLAGS.dtype)
   print(f'Averaged steps {steps} of {FLAGS.workdir} into {FLAGS.output}')

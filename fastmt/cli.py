@@ -85,6 +85,13 @@ def exit_on_user_error(main):
   return wrapped
 
 
+def check_output_directory(path: str, flag: str) -> None:
+  """A directory a tool creates or writes into at the end of its work: refused at the start when the path is
+  an existing file (os.makedirs would fail only after the work)."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise FastmtError(f'{flag} {path!r} is a file, not a directory: give a directory (it is created if missing)')
+
+
 def define_checkpoint_flag(what: str = 'The checkpoint') -> None:
   flags.DEFINE_string('checkpoint', 'latest', f'{what} to restore: latest, best (the best validation BLEU, '
                       'kept with --config.keep_best_checkpoint) or a step number.')

@@ -117,6 +117,11 @@ def load_clusters(directory: str, model_config, tokenizer, params) -> projection
                              jnp.asarray(arrays['active_sets']), metadata['vocab_size'], metadata['capacity'])
 
 
+def clusters_directory(workdir: str, direction: str) -> str:
+  """Where fastmt-clusters saves a direction's clusters (decode.py's default --clusters)."""
+  return os.path.join(workdir, 'clusters', direction)
+
+
 def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, top_k: int,
                       iterations: int = 20, kmeans_batch: int | None = 8192, seed: int = 0, checkpoint='latest'):
   if num_clusters < 1 or top_k < 1:
@@ -136,12 +141,12 @@ def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, 
                       f'{num_clusters}: give more sentences (--max_sentences) or fewer clusters')
   centroids = projection.fit_kmeans(hidden, num_clusters, iterations, kmeans_batch, seed)
   clusters = projection.build_clusters(hidden, top, centroids, model_config.vocab_size)
-  directory = os.path.join(workdir, 'clusters', direction)
+  directory = clusters_directory(workdir, direction)
   save_clusters(directory, clusters, {'fingerprint': fingerprint(model_config, tokenizer, params), 'direction': direction,
                                       'checkpoint_step': step, 'states': len(hidden), 'top_k': top_k,
                                       'num_clusters': num_clusters})
-  logging.warning('Saved %d clusters (capacity %d) from %d states to %s', num_clusters, clusters.capacity,
-                  len(hidden), directory)
+  logging.info('Saved %d clusters (capacity %d) from %d states to %s', num_clusters, clusters.capacity,
+               len(hidden), directory)
   return clusters
 
 
@@ -165,8 +170,15 @@ def define_flags():
 
 def main(argv):
   del argv  # cli.run refuses positional arguments
-  if FLAGS.max_sentences < 0:
-    raise FastmtError(f'--max_sentences must be >= 0, got {FLAGS.max_sentences}')
+  logging.set_verbosity(logging.WARNING)  # orbax and tfds log every read at INFO
+  if FLAGS.max_sentences < 1:
+    raise FastmtError(f'--max_sentences must be >= 1, got {FLAGS.max_sentences}')
+  if FLAGS.num_clusters < 1 or FLAGS.top_k < 1:  # build_for_workdir says so too, after the corpus loaded
+    raise FastmtError(f'num_clusters and top_k must be >= 1, got {FLAGS.num_clusters} and {FLAGS.top_k}')
+  directory = clusters_directory(FLAGS.workdir, FLAGS.direction)
+  if os.path.exists(directory) and not os.path.isdir(directory):  # found before minutes of decoding, not after
+    raise FastmtError(f'{directory} (where the clusters of --direction {FLAGS.direction} go) is a file, not a '
+                      'directory: move it away or choose another --direction name')
   if FLAGS.input:
     sources = corpus.read_lines(FLAGS.input)
     if FLAGS.tag_inputs:
@@ -175,8 +187,9 @@ def main(argv):
     dataset = workdir_lib.load_train_config(FLAGS.workdir).dataset
     train = corpus.load_split(dataset, corpus.training_split(dataset))
     sources = (train.select(FLAGS.direction) if train.directions is not None else train).sources
-  build_for_workdir(FLAGS.workdir, FLAGS.direction, sources[:FLAGS.max_sentences], FLAGS.num_clusters, FLAGS.top_k,
-                    checkpoint=FLAGS.checkpoint)
+  clusters = build_for_workdir(FLAGS.workdir, FLAGS.direction, sources[:FLAGS.max_sentences], FLAGS.num_clusters,
+                               FLAGS.top_k, checkpoint=FLAGS.checkpoint)
+  print(f'Saved {FLAGS.num_clusters} clusters (capacity {clusters.capacity}) to {directory}')
 
 
 def run():

@@ -202,17 +202,19 @@ def drawn_settings(settings: DecodeSettings) -> DecodeSettings:
                     f'equal); --algorithm {settings.algorithm} has no Jacobi iterations to draw')
 
 
-def draw_sentences(translator: Translator, sources, settings: DecodeSettings, directory: str) -> list[str]:
-  """Writes ddgviz_<i>.png and ddgviz_<i>.html for each source that decodes (not blank); returns the paths.
-  Greedy is drawn as PGJ (drawn_settings)."""
+def draw_sentences(translator: Translator, sources, settings: DecodeSettings, directory: str,
+                   limit: int | None = None) -> list[str]:
+  """Writes ddgviz_<n>.png and ddgviz_<n>.html for each source that decodes (not blank), the first `limit` of
+  them (None: all), n its 1-based line number in `sources`; returns the paths. Greedy is drawn as PGJ
+  (drawn_settings)."""
   settings = drawn_settings(settings)
   os.makedirs(directory, exist_ok=True)
   paths = []
-  for i in translator.decodable(sources):  # a blank line has nothing to draw
+  for i in translator.decodable(sources)[:limit]:  # a blank line has nothing to draw
     source = sources[i]
     trace = trace_sentence(translator, source, settings)
     for ext, render in (('png', render_png), ('html', render_html)):
-      path = os.path.join(directory, f'ddgviz_{i}.{ext}')
+      path = os.path.join(directory, f'ddgviz_{i + 1}.{ext}')
       render(trace, path)
       paths.append(path)
   return paths

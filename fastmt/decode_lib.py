@@ -124,11 +124,15 @@ def check_paths(input_path: str, output_path: str, reference_path: str | None = 
   reference file has as many lines as the input and, with errors='strict', valid UTF-8."""
   check_input_path(input_path)
   check_output_path(output_path)
+  if input_path == '-' and reference_path == '-':
+    raise FastmtError('--input and --reference both read stdin (-): give the reference as a file')
+  if metrics_path == '-' and output_path == '-':
+    raise FastmtError('--metrics_json and --output both write to stdout (-): give one of them a file')
   readers = [(input_path, 'input file', sys.stdin)]
   if reference_path is not None:
     readers.append((reference_path, 'reference file', sys.stdin))
   writers = [(output_path, '--output')]
-  if metrics_path:
+  if metrics_path and metrics_path != '-':  # '-': stdout, free when the translations go to a file
     check_output_path(metrics_path, '--metrics_json')
     writers.append((metrics_path, '--metrics_json'))
   for i, (path, flag) in enumerate(writers):
@@ -550,5 +554,11 @@ def format_report(report: DecodeReport) -> str:
 
 
 def write_metrics_json(path: str, report: DecodeReport, extra: dict) -> None:
+  """The report and `extra` as JSON into path ('-': stdout)."""
+  metrics = {**dataclasses.asdict(report), **extra}
+  if path == '-':
+    json.dump(metrics, sys.stdout, indent=1)
+    sys.stdout.write('\n')
+    return
   with open(path, 'w') as f:
-    json.dump({**dataclasses.asdict(report), **extra}, f, indent=1)
+    json.dump(metrics, f, indent=1)

@@ -22,7 +22,7 @@ import os
 import shutil
 import time
 
-from absl import flags
+from absl import flags, logging as absl_logging
 
 from fastmt import cli, workdir as workdir_lib
 from fastmt.decode_lib import one_line
@@ -42,6 +42,18 @@ class DistillResult:
   seconds: float
 
 
+def check_arguments(teacher_workdir: str, output_dir: str, chunk_sentences: int,
+                    student_workdir: str | None = None) -> None:
+  """What distill can refuse before the sources are read or the teacher loads."""
+  if chunk_sentences < 1:
+    raise FastmtError(f'chunk_sentences must be >= 1, got {chunk_sentences}')
+  for role, workdir in (('teacher', teacher_workdir), ('student', student_workdir)):
+    if workdir and os.path.realpath(output_dir) == os.path.realpath(workdir):
+      raise FastmtError(f'--output_dir {output_dir} is the {role} work directory; distil into a directory of its '
+                        'own')
+  cli.check_output_directory(output_dir, '--output_dir')
+
+
 def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=DecodeSettings('beam'),
             batch_size: int = 32, chunk_sentences: int = 1024, student_workdir: str | None = None,
             max_chunks: int | None = None, log=logging.info, checkpoint='latest') -> DistillResult:
@@ -50,12 +62,7 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
 
   max_chunks stops after that many chunks (for tests of resumption; None = all).
   """
-  if chunk_sentences < 1:
-    raise FastmtError(f'chunk_sentences must be >= 1, got {chunk_sentences}')
-  for role, workdir in (('teacher', teacher_workdir), ('student', student_workdir)):
-    if workdir and os.path.realpath(output_dir) == os.path.realpath(workdir):
-      raise FastmtError(f'--output_dir {output_dir} is the {role} work directory; distil into a directory of its '
-                        'own')
+  check_arguments(teacher_workdir, output_dir, chunk_sentences, student_workdir)
   teacher_spm = os.path.join(teacher_workdir, workdir_lib.TOKENIZER_FILE)
   if student_workdir:
     check_same_vocabulary(teacher_spm, student_workdir)
@@ -138,7 +145,9 @@ def _write_manifest(output_dir: str, manifest: dict) -> None:
 def split_to_distil(requested: str | None, teacher_dataset) -> str:
   """--split, or else the split the teacher trained on (its config.dataset.train_split, 'train' for work
   directories from before the field): a student of the same slice then finds exactly its sources distilled."""
-  return requested or corpus.training_split(teacher_dataset)
+  if requested:  # a student trains on it: validation and test are what models are scored on
+    return corpus.check_training_split(requested, teacher_dataset.name, '--split')
+  return corpus.training_split(teacher_dataset)
 
 
 FLAGS = flags.FLAGS
@@ -162,7 +171,8 @@ def define_flags():
 
 def main(argv):
   del argv  # cli.run refuses positional arguments
-  logging.getLogger().setLevel(logging.INFO)
+  absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and tfds log every read at INFO; progress goes to stdout
+  check_arguments(FLAGS.teacher, FLAGS.output_dir, FLAGS.chunk_sentences, FLAGS.student_workdir)
   config = workdir_lib.load_train_config(FLAGS.teacher)
   split = split_to_distil(FLAGS.split, config.dataset)
   sources = corpus.load_split(config.dataset, split).sources

@@ -135,7 +135,7 @@ def transposed_output_layout(params):
 
 _LINES_AT_CAP_NAMED = 10  # the cap warning names this many input lines at most
 # The per-call warnings about the inputs and outputs of a call (quiet_repeated_warnings leaves them out).
-OUTPUT_CAP_WARNING = '%d outputs reached the output cap without EOS (input line%s %s%s)'
+OUTPUT_CAP_WARNING = '%d output%s reached the output cap without EOS (input line%s %s%s)'
 UNREADABLE_WARNING = ('%d input line%s in characters the vocabulary lacks only (line%s %s%s): translated as empty '
                       'lines')
 
@@ -533,7 +533,7 @@ class Translator:
     if at_cap:
       named = sorted(lines_at_cap)
       more = ', ...' if at_cap > len(named) else ''
-      logging.warning(OUTPUT_CAP_WARNING, at_cap, 's' * (at_cap > 1),
+      logging.warning(OUTPUT_CAP_WARNING, at_cap, 's' * (at_cap > 1), 's' * (at_cap > 1),
                       ', '.join(map(str, named)), more)
 
   def translate_iter(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,

@@ -122,6 +122,39 @@ def test_distillation_refuses_a_chunk_of_nothing_and_its_teachers_directory(tmp_
     distill.distill(str(tmp_path / 'teacher'), ['a'], str(tmp_path / 'student'), student_workdir=str(tmp_path / 'student'))
 
 
+def test_every_tool_refuses_an_output_directory_that_is_a_file_before_any_work(tmp_path):
+  """os.makedirs failed with a traceback at the end of the work (a whole bench, a translation pass)."""
+  taken = tmp_path / 'taken'
+  taken.write_text('kept\n')
+  (tmp_path / 'clusters').mkdir()
+  (tmp_path / 'clusters' / 'en_de').write_text('kept\n')
+  none = str(tmp_path / 'none')  # no model: each refusal comes before one would load
+  commands = {
+      'bench': ['-m', 'fastmt.bench', '--workdir', none, '--output_dir', str(taken)],
+      'distill': ['-m', 'fastmt.distill', '--teacher', none, '--output_dir', str(taken)],
+      'average': ['-m', 'fastmt.checkpoint_average', '--workdir', none, '--output', str(taken)],
+      'clusters': ['-m', 'fastmt.clusters_lib', '--workdir', str(tmp_path), '--direction', 'en_de'],
+      'decode': [str(REPO / 'decode.py'), '--workdir', none, '--input', str(taken), '--ddgviz', str(taken)],
+  }
+  processes = {tool: subprocess.Popen([sys.executable, *command], cwd=REPO, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True) for tool, command in commands.items()}
+  for tool, process in processes.items():
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode != 0 and 'is a file, not a directory' in stderr, (tool, stderr)
+    assert 'Traceback' not in stderr and len(stderr.strip().splitlines()) == 1, (tool, stderr)
+  assert taken.read_text() == 'kept\n'
+
+
+def test_distillation_reads_only_the_training_split():
+  """A student trains on it; validation and test are what models are scored on (the CLI distilled them)."""
+  bible = ml_collections.ConfigDict({'name': 'bible/en_de'})
+  assert distill.split_to_distil('train[:8000]', bible) == 'train[:8000]'
+  assert distill.split_to_distil(None, bible) == 'train'
+  for split in ('test', 'validation[:10]', 'train+test'):
+    with pytest.raises(FastmtError, match=r"--split must be the training split or a slice of it"):
+      distill.split_to_distil(split, bible)
+
+
 def test_clusters_need_sentences_before_any_model_loads(tmp_path):
   with pytest.raises(FastmtError, match='no source sentences'):
     clusters_lib.build_for_workdir(str(tmp_path), 'en_de', ['', '  '], num_clusters=4, top_k=2)

@@ -2,6 +2,7 @@
 Jacobi variant equals greedy through the Translator, decode.py end to end, and the hand-written reference
 greedy of benchmarks/ agrees with fastmt's."""
 
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -17,6 +18,7 @@ import pytest
 
 from conftest import REPO
 from fastmt import translate, workdir as workdir_lib
+from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
 
@@ -160,7 +162,7 @@ def test_decode_cli_end_to_end(trained_workdir, tmp_path):
       [sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--input', str(src), '--output',
        str(hyp), '--reference', str(src), '--algorithm', 'hgj', '--block_size', '3', '--batch_size', '2',
        '--speed_sentences', '2', '--metrics_json', str(metrics), '--ddgviz', str(tmp_path / 'viz'),
-       '--ddgviz_sentences', '1'], capture_output=True, text=True, cwd=REPO)
+       '--ddgviz_sentences', '2'], capture_output=True, text=True, cwd=REPO)
   assert result.returncode == 0, result.stderr
   assert len(hyp.read_text(encoding='utf-8').split('\n')) == 4 and hyp.read_text().split('\n')[1] == ''
   figures = json.loads(metrics.read_text())
@@ -168,7 +170,22 @@ def test_decode_cli_end_to_end(trained_workdir, tmp_path):
               'decoder_calls_per_sentence', 'compile_s'):
     assert figures[key] is not None, key
   assert figures['empty_inputs'] == 1
-  assert sorted(os.listdir(tmp_path / 'viz')) == ['ddgviz_0.html', 'ddgviz_0.png']
+  # The first 2 lines that decode (line 2 is blank), named by their input line, and said where.
+  assert sorted(os.listdir(tmp_path / 'viz')) == ['ddgviz_1.html', 'ddgviz_1.png', 'ddgviz_3.html', 'ddgviz_3.png']
+  assert f'input lines 1, 3 drawn into {tmp_path / "viz"}' in result.stderr
+
+
+def test_decode_refuses_two_readers_of_stdin_and_two_writers_of_stdout(tmp_path, capsys):
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  with pytest.raises(FastmtError, match='--input and --reference both read stdin'):
+    decode_lib.check_paths('-', str(tmp_path / 'hyp'), '-')
+  with pytest.raises(FastmtError, match='--metrics_json and --output both write to stdout'):
+    decode_lib.check_paths('-', '-', None, '-')
+  decode_lib.check_paths('-', str(tmp_path / 'hyp'), None, '-')  # the translations in a file, the metrics on stdout
+  assert not (tmp_path / '-').exists()
+  decode_lib.write_metrics_json('-', decode_lib.DecodeReport(**{f.name: 0 for f in dataclasses.fields(
+      decode_lib.DecodeReport) if f.default is dataclasses.MISSING}), {'dtype': 'float32'})
+  assert json.loads(capsys.readouterr().out)['dtype'] == 'float32'
 
 
 def test_scores_say_how_long_the_hypotheses_are_against_the_reference():
@@ -428,7 +445,7 @@ def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):
   assert named in caplog.text
   caplog.clear()  # a second call adding to the same stats warns of its own lines only
   translator.translate_ids([texts[at_cap[-1] - 1]], batch_size=2, stats=stats)  # a line that reached the cap
-  assert '1 outputs reached the output cap without EOS (input line 1)' in caplog.text
+  assert '1 output reached the output cap without EOS (input line 1)' in caplog.text
 
 
 def test_decode_cli_blank_and_huge_lines_keep_their_places(trained_workdir, tmp_path):

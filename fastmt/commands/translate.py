@@ -11,7 +11,6 @@ is done; a progress bar (or, when stderr is not a terminal, a log line every 30 
 """
 
 import dataclasses
-import itertools
 import logging as std_logging
 import os
 import sys
@@ -84,7 +83,7 @@ def define_flags():
   flags.DEFINE_enum('input_errors', 'strict', ['strict', 'replace'],
                     'Invalid UTF-8 in the input and the reference: strict = an error naming the line (the '
                     'reference is checked before decoding); replace = U+FFFD, counted in the report.')
-  flags.DEFINE_string('metrics_json', None, 'Write every printed figure to this JSON file.')
+  flags.DEFINE_string('metrics_json', None, 'Write every printed figure to this JSON file (\'-\': stdout, when --output is a file).')
   flags.DEFINE_string('ddgviz', None, 'Directory for DDGviz traces (PNG + HTML) of the first sentences: Jacobi '
                       'decoding (pj, pgj, hgj, spec); greedy is drawn as pgj, its exact equal.')
   flags.DEFINE_integer('ddgviz_sentences', 3, 'How many sentences --ddgviz draws.')
@@ -141,6 +140,7 @@ def main(argv):
                         'stdin or a stream')
     if FLAGS.ddgviz_sentences < 0:
       raise FastmtError(f'--ddgviz_sentences must be >= 0, got {FLAGS.ddgviz_sentences}')
+    cli.check_output_directory(FLAGS.ddgviz, '--ddgviz')
     from fastmt import ddgviz  # pylint: disable=g-import-not-at-top
     if ddgviz.drawn_settings(settings).algorithm != settings.algorithm:
       logging.warning('--ddgviz: --algorithm %s is drawn as %s with --block_size %d (the same output)',
@@ -173,16 +173,31 @@ def main(argv):
   print(decode_lib.format_report(report), file=sys.stderr)
   if FLAGS.metrics_json:
     decode_lib.write_metrics_json(FLAGS.metrics_json, report,
-                                  {'settings': dataclasses.asdict(settings), 'dtype': FLAGS.dtype,
+                                  {'settings': {**dataclasses.asdict(settings),  # chunk_size 0: the model's, k
+                                                'chunk_size': translator.settings.chunk_size},
+                                   'dtype': FLAGS.dtype,
                                    'checkpoint': FLAGS.checkpoint, 'drafter_workdir': FLAGS.drafter_workdir,
                                    **chosen})
   if FLAGS.ddgviz and not (auto_width and chosen['auto_width']['width'] == 1):
     from fastmt import ddgviz  # pylint: disable=g-import-not-at-top
-    sources = list(itertools.islice(decode_lib.iter_lines(FLAGS.input, FLAGS.input_errors), FLAGS.ddgviz_sentences))
-    if FLAGS.tag_inputs:
-      from fastmt.data import corpus  # pylint: disable=g-import-not-at-top
-      sources = corpus.tag_sources(sources, FLAGS.direction)
-    ddgviz.draw_sentences(translator, sources, settings, FLAGS.ddgviz)
+    sources = _first_decodable_lines(translator, FLAGS.ddgviz_sentences)
+    ddgviz.draw_sentences(translator, sources, settings, FLAGS.ddgviz, FLAGS.ddgviz_sentences)
+    lines = [i + 1 for i in translator.decodable(sources)[:FLAGS.ddgviz_sentences]]
+    print(f'DDGviz: input line{"s" * (len(lines) != 1)} {", ".join(map(str, lines)) or "(none)"} drawn into '
+          f'{FLAGS.ddgviz} (ddgviz_<line>.png and .html)', file=sys.stderr)
+
+
+def _first_decodable_lines(translator, wanted: int) -> list[str]:
+  """The input's lines up to its `wanted`-th that decodes (blank and unreadable ones translate to empty lines
+  and have nothing to draw), tagged as they were translated."""
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.data import corpus  # pylint: disable=g-import-not-at-top
+  sources = []
+  for line in decode_lib.iter_lines(FLAGS.input, FLAGS.input_errors):
+    if len(translator.decodable(sources)) >= wanted:
+      break
+    sources.append(corpus.tag_sources([line], FLAGS.direction)[0] if FLAGS.tag_inputs else line)
+  return sources
 
 
 def run():

@@ -151,13 +151,18 @@ def training_split(dataset_config) -> str:
   """The split a model trains on: config.dataset.train_split, 'train' or a tfds slice of it ('train[:8000]',
   'train[:10%]') for a quicker run on part of the data. Its vocabulary, bigram drafts and clusters come from the
   same part. Anything that reaches into validation or test is refused: those are what the model is scored on."""
-  split = dataset_config.get('train_split', 'train') or 'train'
+  return check_training_split(dataset_config.get('train_split', 'train') or 'train', dataset_config.name)
+
+
+def check_training_split(split: str, dataset_name: str, what: str = 'dataset.train_split') -> str:
+  """split if it is 'train' or a slice of it (what training, distillation and the tables built from training
+  data may read), else a FastmtError naming `what`."""
   slices = split.split('+')
   if not all(part.split('[')[0].strip() == 'train' for part in slices):
-    raise FastmtError(f'dataset.train_split must be the training split or a slice of it, e.g. \'train\' or '
+    raise FastmtError(f'{what} must be the training split or a slice of it, e.g. \'train\' or '
                       f"'train[:8000]'; got {split!r}")
-  if split != 'train' and dataset_config.name == 'text':
-    raise FastmtError(f"dataset.train_split {split!r}: name='text' reads whole files; slices are for the Bible "
+  if split != 'train' and dataset_name == 'text':
+    raise FastmtError(f"{what} {split!r}: name='text' reads whole files; slices are for the Bible "
                       "and tfds datasets (cut the files instead)")
   return split
 
