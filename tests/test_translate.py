@@ -571,7 +571,9 @@ def test_decode_checks_its_files_before_loading_a_model(tmp_path):
     with open(tmp_path / 'hyp', 'w', encoding='utf-8') as stdout:
       patch.setattr(sys, 'stdout', stdout)
       decode_lib.check_paths('-', '-')
-      decode_lib.check_paths('-', '-', '-')  # a reference on stdin too: read once, when scoring
+      decode_lib.check_paths(str(src), '-', '-')  # a reference on stdin: read once, when scoring
+      with pytest.raises(ValueError, match='both read stdin'):  # the input would leave it nothing
+        decode_lib.check_paths('-', '-', '-')
     with open(src, 'a', encoding='utf-8') as stdout:
       patch.setattr(sys, 'stdout', stdout)
       with pytest.raises(ValueError, match="--output '-' is the input file"):
