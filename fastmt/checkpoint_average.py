@@ -131,8 +131,7 @@ def define_flags():
 def main(argv):
   del argv  # cli.run refuses positional arguments
   logging.set_verbosity(logging.WARNING)  # orbax logs every read at INFO
-  check_output(FLAGS.workdir, FLAGS.output)  # before minutes of reading checkpoints
-  stored_as({}, FLAGS.dtype)
+  check_output(FLAGS.workdir, FLAGS.output)  # before minutes of reading checkpoints (--dtype: an enum flag)
   params, steps = average_last_checkpoints(FLAGS.workdir, FLAGS.last, FLAGS.checkpoint)
   write_averaged_workdir(FLAGS.workdir, FLAGS.output, params, steps, FLAGS.dtype)
   print(f'Averaged steps {steps} of {FLAGS.workdir} into {FLAGS.output}')

@@ -192,11 +192,14 @@ def _first_decodable_lines(translator, wanted: int) -> list[str]:
   and have nothing to draw), tagged as they were translated."""
   from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
   from fastmt.data import corpus  # pylint: disable=g-import-not-at-top
-  sources = []
+  sources, decodable = [], 0
+  if wanted < 1:
+    return sources
   for line in decode_lib.iter_lines(FLAGS.input, FLAGS.input_errors):
-    if len(translator.decodable(sources)) >= wanted:
-      break
     sources.append(corpus.tag_sources([line], FLAGS.direction)[0] if FLAGS.tag_inputs else line)
+    decodable += bool(translator.decodable(sources[-1:]))  # one line at a time: a file of blanks stays linear
+    if decodable == wanted:
+      break
   return sources
 
 
