@@ -5,6 +5,7 @@ any other exception keeps its traceback, since it is a bug to report, not a user
 """
 
 import errno
+import functools
 import os
 import signal
 import sys
@@ -12,6 +13,12 @@ import sys
 from absl import app, flags
 
 from fastmt.errors import FastmtError
+
+
+def tool_name() -> str:
+  """The running tool's name for its messages: `fastmt-translate` or `decode.py`, not the path of the
+  virtual environment's script or of the module."""
+  return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'fastmt'
 
 
 def parse_flags_or_exit(argv):
@@ -24,10 +31,10 @@ def parse_flags_or_exit(argv):
     named = [o for o in overrides if key in o.split('.')[1:]]
     hint = f' ({hint[0].lower()}{hint[1:]})' if hint else ''
     if named:  # ml_collections: an override of a key the (locked) config does not have
-      sys.exit(f'{argv[0]}: bad config override {", ".join(named)}: the config has no key {key!r}{hint}')
+      sys.exit(f'{tool_name()}: bad config override {", ".join(named)}: the config has no key {key!r}{hint}')
     if key is not None:  # a KeyError of the config file itself
-      sys.exit(f'{argv[0]}: bad config: KeyError {key!r} while loading it{hint}')
-    sys.exit(f'{argv[0]}: bad flag or config override: {one_line_message(e)}')
+      sys.exit(f'{tool_name()}: bad config: KeyError {key!r} while loading it{hint}')
+    sys.exit(f'{tool_name()}: bad flag or config override: {one_line_message(e)}')
 
 
 def _missing_key(error: BaseException) -> tuple[str | None, str]:
@@ -64,6 +71,7 @@ def exit_on_user_error(main):
   """Wraps an absl main: a FastmtError ends the program with its one-line message instead of a traceback.
   No fastmt tool takes positional arguments, so any left after the flags is an error (a value meant for a
   list flag, `--methods greedy beam:4`, would otherwise be dropped without a word)."""
+  @functools.wraps(main)
   def wrapped(argv):
     try:
       if len(argv) > 1:
@@ -72,7 +80,7 @@ def exit_on_user_error(main):
       sys.stdout.flush()  # here, not at exit, so that a closed pipe is handled below
       return result
     except FastmtError as e:
-      sys.exit(f'{sys.argv[0]}: error: {e}')
+      sys.exit(f'{tool_name()}: error: {e}')
     except BrokenPipeError:
       # The reader went away (`decode.py ... | head -1`): stop quietly, as a tool killed by SIGPIPE does.
       # stdout is pointed at /dev/null so that the interpreter's last flush raises nothing more.
@@ -81,7 +89,7 @@ def exit_on_user_error(main):
     except OSError as e:
       if e.errno not in _MACHINE_ERRNOS:
         raise
-      sys.exit(f'{sys.argv[0]}: error: {e}')
+      sys.exit(f'{tool_name()}: error: {e}')
   return wrapped
 
 
@@ -101,6 +109,11 @@ def run(main, define_flags=None, required=()):
   """Entry point of a console script: defines the tool's flags, then runs main under absl with the handlers
   above. `define_flags` is called here, not at import, so that importing any set of fastmt modules together
   never registers a flag twice."""
+  main_module = sys.modules.get('__main__')
+  if main_module is not None and not main_module.__doc__:
+    # absl's --help prints the __main__ module's docstring as the tool's usage; a console script's __main__ is
+    # pip's generated wrapper, which has none, so the tool's own module lends its docstring.
+    main_module.__doc__ = sys.modules[main.__module__].__doc__
   if define_flags is not None:
     before = set(flags.FLAGS)
     define_flags()

@@ -48,7 +48,6 @@ def define_flags():
   flags.DEFINE_string('direction', '', 'Multilingual datasets: only this direction\'s lines (e.g. en_fr).')
 
 
-@cli.exit_on_user_error
 def main(argv):
   del argv  # cli.run refuses positional arguments
   logging.set_verbosity(logging.WARNING)

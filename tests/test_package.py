@@ -62,15 +62,21 @@ def test_setup_cfg_lists_every_package_and_ships_the_configs():
 
 
 def test_every_console_script_starts():
-  scripts = [line.split('=')[0].strip() for line in
-             _setup_cfg()['options.entry_points']['console_scripts'].strip().splitlines()]
-  assert {'fastmt-train', 'fastmt-translate', 'fastmt-bench'} <= set(scripts)
+  entry_points = dict(line.replace(' ', '').split('=') for line in
+                      _setup_cfg()['options.entry_points']['console_scripts'].strip().splitlines())
+  assert {'fastmt-train', 'fastmt-translate', 'fastmt-bench'} <= set(entry_points)
   bin_dir = os.path.dirname(sys.executable)
   processes = [subprocess.Popen([os.path.join(bin_dir, name), '--help'], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True) for name in scripts]
-  for name, process in zip(scripts, processes):
+                                stderr=subprocess.STDOUT, text=True) for name in entry_points]
+  for (name, target), process in zip(entry_points.items(), processes):
     output, _ = process.communicate(timeout=300)
     assert 'Traceback' not in output and ('--workdir' in output or '--teacher' in output), (name, output)
+    # the usage above the flags is the tool's own docstring (pip's wrapper script, absl's __main__, has none)
+    usage = importlib.import_module(target.split(':')[0]).__doc__.strip().splitlines()[0]
+    assert output.lstrip().startswith(usage), (name, output[:300])
+  # a bad flag is reported under the tool's name, not the path of the wrapper script in the environment
+  result = subprocess.run([os.path.join(bin_dir, 'fastmt-translate'), '--nosuchflag'], capture_output=True, text=True)
+  assert result.returncode != 0 and result.stderr.startswith('fastmt-translate: bad flag'), result.stderr
 
 
 def test_a_shipped_config_is_named_without_its_path(tmp_path):

@@ -4,8 +4,11 @@ r"""fastmt-train (and train.py): trains a model; resumes from the work directory
     python train.py --config configs/quickstart.py --workdir runs/qs --config.num_train_steps=2000
     python train.py --config configs/quickstart.py --workdir runs/qs --multihost   # after a pod's launcher
 
---config takes a path or the name of a config in configs/ (installed as fastmt.configs). Training runs
-data parallel over a Mesh of every device (every host's with --multihost, which calls
+--config takes a path or the name of a config in configs/ (installed as fastmt.configs), with an argument
+after a colon where the config takes one (--config interleaved:ib_sa, --config hrt:k3).
+--config.KEY=VALUE overrides any field of it, nested ones with dots (--config.model.num_decoder_layers=1,
+--config.dataset.p_raw=0.5); a key the config does not have is an error, with the nearest one suggested.
+Training runs data parallel over a Mesh of every device (every host's with --multihost, which calls
 jax.distributed.initialize() first).
 """
 
@@ -44,7 +47,7 @@ def run():
   sys.argv = configs.resolve_config_flag(sys.argv)
   missing = configs.missing_config_file(sys.argv)
   if missing:  # ml_collections would report it only when the config is first read, as a traceback
-    sys.exit(f'{sys.argv[0]}: error: no config file {missing!r}, and no shipped config of that name '
+    sys.exit(f'{cli.tool_name()}: error: no config file {missing!r}, and no shipped config of that name '
              f'({", ".join(configs.names())})')
   cli.run(main, define_flags, required=('workdir', 'config'))
 
