@@ -16,9 +16,12 @@ any JAX model: docs/API.md shows one wrapped around a decoder written outside fa
 import collections.abc
 import dataclasses
 import os
+import sys
 from typing import Iterable, Iterator, Sequence
+import warnings
 
 from fastmt import precision, width, workdir as workdir_lib
+from fastmt.decoding import registry
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
@@ -51,7 +54,10 @@ class TranslationModel:
     unknown = sorted(set(settings) - _SETTING_NAMES)
     if unknown:
       raise FastmtError(f'Unknown decoding settings {unknown}; known: {sorted(_SETTING_NAMES)}')
-    return self._translator(DecodeSettings(algorithm, **settings), clusters, draft_model)
+    decode_settings = DecodeSettings(algorithm, **settings)  # an unknown algorithm is an error before the warning
+    for message in registry.ignored_settings(algorithm, settings):
+      warnings.warn(message, stacklevel=_first_frame_outside_this_module())  # the user's line
+    return self._translator(decode_settings, clusters, draft_model)
 
   def _translator(self, decode_settings: DecodeSettings, clusters, draft_model) -> Translator:
     draft_model = self._load_draft_model(draft_model)
@@ -61,7 +67,8 @@ class TranslationModel:
       draft_table = decode_lib.draft_table_for(self.workdir, decode_settings)
       self._translators[key] = Translator(self.config, self.params, self.tokenizer, decode_settings,
                                           self._load_clusters(clusters), draft_table, self.objective,
-                                          objective_options=self.objective_options, draft_model=draft_model)
+                                          objective_options=self.objective_options, draft_model=draft_model,
+                                          checkpoint_step=self.step)
     return self._translators[key]
 
   def choose_width(self, batch_size: int = 32, calibration=None, clusters: str | None = None, draft_model=None,
@@ -126,6 +133,15 @@ class TranslationModel:
     return (f'TranslationModel({self.workdir!r}, step={self.step}, objective={self.objective!r}, '
             f'dtype={self.dtype!r}, {self.config.num_encoder_layers}+{self.config.num_decoder_layers} layers, '
             f'vocabulary {self.config.vocab_size})')
+
+
+def _first_frame_outside_this_module() -> int:
+  """The warnings.warn stacklevel, called from the function that warns, of the first caller outside fastmt.api
+  (translate and translate_iter warn through translator)."""
+  frame, level = sys._getframe(1), 1  # pylint: disable=protected-access
+  while frame is not None and frame.f_globals.get('__name__') == __name__:
+    frame, level = frame.f_back, level + 1
+  return level
 
 
 def _check_lines(texts) -> None:

@@ -278,11 +278,12 @@ class LoadedModel:
   clusters: object  # clusters_lib's, or None: the dense projection
   objective: str
   objective_options: dict
+  step: int | None = None  # the checkpoint's training step
 
   def translator(self, settings: DecodeSettings, draft_model=None) -> Translator:
     draft_table = draft_table_for(self.workdir, settings)
     return Translator(self.config, self.params, self.tokenizer, settings, self.clusters, draft_table, self.objective,
-                      objective_options=self.objective_options, draft_model=draft_model)
+                      objective_options=self.objective_options, draft_model=draft_model, checkpoint_step=self.step)
 
 
 def load_model(workdir: str, algorithms=(), clusters_dir: str | None = None, dtype: str = 'float32',
@@ -306,7 +307,7 @@ def load_model(workdir: str, algorithms=(), clusters_dir: str | None = None, dty
       logging.warning('%s: using the dense projection for this direction', e)
   model_config, params = precision.for_inference(model_config, params, dtype)
   return LoadedModel(workdir, model_config, params, tokenizer, clusters, objective,
-                     workdir_lib.load_objective_options(workdir))
+                     workdir_lib.load_objective_options(workdir), step)
 
 
 def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | None = None,

@@ -290,11 +290,14 @@ class Translator:
   compiler_options: XLA options for compiling the decoder, e.g. {'xla_cpu_experimental_ynn_fusion_type':
     'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'} (XLA:CPU hands each matmul to YNNPACK on its own instead of fusing
     a whole layer stack into one YNNPACK graph; benchmarks/cpu_variants.py compares them side by side).
+  checkpoint_step: the training step of the parameters, for reports (decode_lib.load_translator sets it; None:
+    not known).
   """
 
   def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings(),
                clusters=None, draft_table=None, objective: str = 'at', mesh=None, objective_options=None,
-               transposed_output: bool = True, compiler_options: dict | None = None, draft_model=None):
+               transposed_output: bool = True, compiler_options: dict | None = None, draft_model=None,
+               checkpoint_step: int | None = None):
     if tokenizer.vocab_size != config.vocab_size:
       raise FastmtError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
     if clusters is not None and clusters.vocab_size != config.vocab_size:
@@ -328,6 +331,7 @@ class Translator:
     elif draft_model is not None:
       raise FastmtError('a drafter model drafts for --algorithm spec --drafter model only')
     self.config, self.tokenizer, self.settings, self.objective = config, tokenizer, settings, objective
+    self.checkpoint_step = checkpoint_step
     if registry.needs_draft_table(settings) and draft_table is None:
       raise FastmtError(f"{'--drafter bigram' if settings.algorithm == 'spec' else 'jacobi_init=bigram'} needs a "
                         "draft table (decode_lib.load_draft_table(workdir))")

@@ -48,6 +48,12 @@ def test_load_picks_the_checkpoint_and_reports_bad_input(trained_workdir, tmp_pa
     model.translate(SENTENCES, block=3)
   with pytest.raises(FastmtError, match='Unknown decoding algorithm'):
     model.translate(SENTENCES, algorithm='nat')
+  # a setting the algorithm does not use is said, at the caller's line, not silently ignored
+  with pytest.warns(UserWarning, match=r'beam_size has no effect with algorithm greedy \(it acts on beam, ib, hrt\)') \
+      as caught:
+    assert model.translate(SENTENCES[:2], beam_size=4) == model.translate(SENTENCES[:2])
+  assert [w.filename for w in caught if 'no effect' in str(w.message)] == [__file__]
+  assert model.translator('pgj', block_size=2).checkpoint_step == model.step == 20
 
 
 def test_the_outside_decoder_example_of_docs_api_runs():

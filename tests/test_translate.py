@@ -170,6 +170,9 @@ def test_decode_cli_end_to_end(trained_workdir, tmp_path):
               'decoder_calls_per_sentence', 'compile_s'):
     assert figures[key] is not None, key
   assert figures['empty_inputs'] == 1
+  # --checkpoint latest is recorded with the step it resolved to
+  assert figures['checkpoint'] == 'latest' and figures['step'] == max(
+      int(d) for d in os.listdir(os.path.join(trained_workdir, 'checkpoints')) if d.isdigit())
   # The first 2 lines that decode (line 2 is blank), named by their input line, and said where.
   assert sorted(os.listdir(tmp_path / 'viz')) == ['ddgviz_1.html', 'ddgviz_1.png', 'ddgviz_3.html', 'ddgviz_3.png']
   assert f'input lines 1, 3 drawn into {tmp_path / "viz"}' in result.stderr
@@ -588,8 +591,23 @@ def test_decode_checks_its_files_before_loading_a_model(tmp_path):
 def test_decode_cli_checks_its_files_before_it_loads_the_model(tmp_path):
   src = tmp_path / 'src.txt'
   src.write_text('God\n', encoding='utf-8')
-  result = decode_cli(['--workdir', str(tmp_path / 'no_model'), '--input', str(src), '--output', str(src)])
-  assert result.returncode != 0 and 'is the input file' in result.stderr and 'Traceback' not in result.stderr
+  no_model = ['--workdir', str(tmp_path / 'no_model'), '--input', str(src)]
+  cases = ((['--output', str(src)], 'is the input file'),
+           # --drafter_workdir belongs to --algorithm spec --drafter model, and that drafter needs it
+           (['--drafter_workdir', str(tmp_path)], '--drafter_workdir is the drafter of --algorithm spec --drafter '
+            'model; here --algorithm is greedy'),
+           (['--algorithm', 'spec', '--drafter', 'ngram', '--drafter_workdir', str(tmp_path)],
+            'here --algorithm is spec with --drafter ngram'),
+           (['--algorithm', 'spec', '--drafter', 'model'], '--drafter model needs --drafter_workdir'),
+           (['--algorithm', 'spec', '--drafter', 'model', '--drafter_workdir', str(tmp_path / 'nope')],
+            "--drafter_workdir: No work directory '"))
+  processes = [subprocess.Popen([sys.executable, str(REPO / 'decode.py'), *no_model, *args], cwd=REPO, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for args, _ in cases]
+  for (args, message), process in zip(cases, processes):
+    _, stderr = process.communicate(timeout=300)
+    # one line, named by the tool (not by the path of the script that runs it)
+    assert process.returncode != 0 and stderr.strip().splitlines()[-1].startswith('decode.py: error: '), stderr
+    assert message in stderr and 'Traceback' not in stderr, (args, stderr)
   assert src.read_text(encoding='utf-8') == 'God\n'
 
 

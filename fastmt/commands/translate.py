@@ -90,21 +90,33 @@ def define_flags():
   flags.DEFINE_bool('progress', True, 'Show progress on stderr (a bar on a terminal, log lines otherwise).')
 
 
-# The algorithms each decoding flag acts on: given with another one, it is said, not silently ignored.
-_FLAG_ALGORITHMS = {'beam_size': ('beam', 'ib', 'hrt'), 'alpha': ('beam', 'ib', 'hrt'),
-                    'block_size': ('pgj', 'hgj', 'spec'), 'parallel_length': ('hgj',),
-                    'jacobi_init': ('pj', 'pgj', 'hgj', 'spec'), 'dedup_ngram': ('ib',), 'chunk_size': ('hrt',),
-                    'nat_beam_size': ('hrt',), 'drafter': ('spec',), 'ngram_memory': ('spec',)}
-
-
 def _warn_of_unused_flags() -> None:
   """A warning for each decoding flag given on the command line that this --algorithm does not use."""
-  for name, algorithms in _FLAG_ALGORITHMS.items():
+  from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
+  for name, algorithms in registry.SETTING_ALGORITHMS.items():
     if FLAGS[name].present and FLAGS.algorithm not in algorithms:
       logging.warning('--%s has no effect with --algorithm %s (it acts on --algorithm %s)', name, FLAGS.algorithm,
                       ', '.join(algorithms))
   if FLAGS['clusters'].present and FLAGS.projection != 'clustered':
     logging.warning('--clusters has no effect without --projection clustered')
+
+
+def _check_drafter_workdir() -> None:
+  """--drafter_workdir goes with --algorithm spec --drafter model and nothing else: a mismatch is an error before
+  either model loads (a drafter given to greedy would be loaded only to be refused)."""
+  wants_drafter = FLAGS.algorithm == 'spec' and FLAGS.drafter == 'model'
+  if FLAGS.drafter_workdir and not wants_drafter:
+    raise FastmtError(f'--drafter_workdir is the drafter of --algorithm spec --drafter model; here --algorithm is '
+                      f'{FLAGS.algorithm}' + (f' with --drafter {FLAGS.drafter}' if FLAGS.algorithm == 'spec' else ''))
+  if wants_drafter and not FLAGS.drafter_workdir:
+    raise FastmtError('--drafter model needs --drafter_workdir: the work directory of a small selfdraft model with '
+                      'this model\'s vocabulary (configs/drafter.py)')
+  if FLAGS.drafter_workdir:
+    from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    try:  # a path that is not a work directory: said before the model loads, and said to be the drafter's
+      workdir_lib.load_model_config(FLAGS.drafter_workdir)
+    except FastmtError as e:
+      raise FastmtError(f'--drafter_workdir: {e}') from None
 
 
 def main(argv):
@@ -126,6 +138,7 @@ def main(argv):
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
                             drafter=FLAGS.drafter, ngram_memory=FLAGS.ngram_memory)
   _warn_of_unused_flags()
+  _check_drafter_workdir()
   # Before the model loads: a mistyped path or setting costs nothing.
   decode_lib.check_paths(FLAGS.input, FLAGS.output, FLAGS.reference, FLAGS.metrics_json, FLAGS.input_errors)
   if FLAGS.projection == 'clustered' and FLAGS.clusters:  # a path the user names must hold clusters (only the
@@ -176,7 +189,8 @@ def main(argv):
                                   {'settings': {**dataclasses.asdict(settings),  # chunk_size 0: the model's, k
                                                 'chunk_size': translator.settings.chunk_size},
                                    'dtype': FLAGS.dtype,
-                                   'checkpoint': FLAGS.checkpoint, 'drafter_workdir': FLAGS.drafter_workdir,
+                                   'checkpoint': FLAGS.checkpoint, 'step': translator.checkpoint_step,
+                                   'drafter_workdir': FLAGS.drafter_workdir,
                                    **chosen})
   if FLAGS.ddgviz and not (auto_width and chosen['auto_width']['width'] == 1):
     from fastmt import ddgviz  # pylint: disable=g-import-not-at-top

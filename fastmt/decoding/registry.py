@@ -243,6 +243,20 @@ def validate(settings) -> None:
   get(settings.algorithm).check(settings)
 
 
+# The algorithms each decoding setting acts on (the others ignore it): a setting given with another algorithm is
+# said (decode.py: a warning per flag; fastmt.api: a UserWarning), not silently ignored.
+SETTING_ALGORITHMS = {'beam_size': ('beam', 'ib', 'hrt'), 'alpha': ('beam', 'ib', 'hrt'),
+                      'block_size': ('pgj', 'hgj', 'spec'), 'parallel_length': ('hgj',),
+                      'jacobi_init': ('pj', 'pgj', 'hgj', 'spec'), 'dedup_ngram': ('ib',), 'chunk_size': ('hrt',),
+                      'nat_beam_size': ('hrt',), 'drafter': ('spec',), 'ngram_memory': ('spec',)}
+
+
+def ignored_settings(algorithm: str, names) -> list[str]:
+  """For each of `names` (settings given explicitly) that `algorithm` ignores: a sentence saying so."""
+  return [f'{name} has no effect with algorithm {algorithm} (it acts on {", ".join(SETTING_ALGORITHMS[name])})'
+          for name in names if name in SETTING_ALGORITHMS and algorithm not in SETTING_ALGORITHMS[name]]
+
+
 # The algorithm that validation BLEU and a plain decode use for each objective's models.
 DEFAULT_ALGORITHM = {'at': 'greedy', 'interleaved': 'ib', 'hrt': 'hrt', 'selfdraft': 'greedy'}
 
