@@ -38,7 +38,8 @@ def is_auto(label: str) -> bool:
 def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettings, str]:
   """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K) |
   'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT) | 'spec:W'
-  (speculative, window W, the model's own drafts), then optionally '+bigram' (Jacobi draft guesses; spec: the
+  (speculative, window W, the model's own drafts; a last '+pool' or '+pool2': also the trajectory pool, keyed on
+  1 or 2 tokens), then optionally '+bigram' (Jacobi draft guesses; spec: the
   bigram drafter), '+ngram' (spec: prompt-lookup drafts; '+ngramM': also in the last M tokens of the
   earlier outputs of the same pass, ngram_memory), '+model' (spec: a separate drafter model,
   --drafter_workdir), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove
@@ -54,6 +55,7 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
     raise FastmtError(f'Unknown precision suffix @{suffix}: use @bf16, @int8, @int8_layers, @bf16_int8 or '
                       '@bf16_int8_layers (or none for float32)')
   spec, _, init = spec.partition('+')
+  init, pool = _trajectory_pool_suffix(label, init)
   name, *args = spec.split(':')
   if name == 'spec' and args == ['auto']:
     if not allow_auto:
@@ -86,7 +88,7 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
     if init.startswith('ngram') and init[5:]:  # +ngramM: a memory of M tokens of earlier outputs
       init, memory = 'ngram', {'ngram_memory': int(init[5:])}
     return label, DecodeSettings('spec', block_size=values[0] if values else 4, drafter=init or 'self',
-                                 **memory), dtype
+                                 ngram_pool=pool, **memory), dtype
   if name == 'hrt':
     return label, DecodeSettings('hrt', beam_size=values[0] if values else None,
                                  nat_beam_size=values[1] if len(values) > 1 else 1), dtype
@@ -96,6 +98,20 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
     parallel = values[1] if len(values) > 1 else 0
     return label, DecodeSettings(name, block_size=block, parallel_length=parallel, **jacobi), dtype
   return label, DecodeSettings(name, **jacobi), dtype
+
+
+def _trajectory_pool_suffix(label: str, init: str) -> tuple[str, int]:
+  """'ngram+pool2' -> ('ngram', 2): a last '+poolN' suffix (spec: the trajectory pool keyed on N = 1 or 2
+  tokens; '+pool' = 1) and the suffix before it."""
+  head, plus, last = init.rpartition('+')
+  if not plus and not init.startswith('pool'):
+    return init, 0
+  last = last if plus else init
+  if not last.startswith('pool') or not (last[4:] or '1').isdigit():
+    raise FastmtError(f'{label}: unknown suffix +{last} (the last suffix of two must be +pool, +pool1 or +pool2)')
+  if not label.startswith('spec'):
+    raise FastmtError(f'{label}: +pool (the trajectory pool) is a drafter of spec:W')
+  return head if plus else '', int(last[4:] or 1)
 
 
 # What each method name takes (parse_method's forms): (at most this many numbers, suffixes, an example).
@@ -386,7 +402,7 @@ def define_flags():
   flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to translate (never 40-43: not in any split).')
   flags.DEFINE_list('methods', list(DEFAULT_METHODS),
                     'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L], spec:W (own drafts; spec:W+bigram, +ngram, '
-                    '+model, +pad; spec:auto: the width that times fastest on validation sentences, 1 = greedy), '
+                    '+model, +pad, then +pool or +pool2 for the trajectory pool: spec:3+ngram+pool; spec:auto: the width that times fastest on validation sentences, 1 = greedy), '
                     'ib, ib:K, hrt, hrt:B_AT:B_NAT; append +bigram for Jacobi draft guesses (pgj:3+bigram) and @bf16 '
                     'for half precision (greedy@bf16). See parse_method.')
   flags.DEFINE_integer('batch_size', 32, 'The large batch.')

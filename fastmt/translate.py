@@ -67,6 +67,9 @@ class DecodeSettings:
   # --drafter ngram: also look up the last ngram_memory tokens of the outputs of the sentences translated before
   # (in the same call of translate / iter_ids: one input stream); 0 = the row's own output and source only.
   ngram_memory: int = 0
+  # --algorithm spec (drafter ngram, bigram or pad): also draft from the trajectory pool (lookahead decoding's
+  # n-grams of the window's own predictions, drafts.TrajectoryPool) keyed on this many tokens (1 or 2; 0 = off).
+  ngram_pool: int = 0
 
   def __post_init__(self):
     if self.beam_size is None:

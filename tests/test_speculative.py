@@ -411,6 +411,7 @@ def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir,
     at_model.translate(texts, algorithm='spec')
   assert at_model.translate(texts, algorithm='spec', drafter='pad') == at_model.translate(texts)
   assert at_model.translate(texts, algorithm='spec', drafter='ngram') == at_model.translate(texts)
+  assert at_model.translate(texts, algorithm='spec', drafter='ngram', ngram_pool=2) == at_model.translate(texts)
   # A memory of the stream's earlier outputs: the same output, never more calls; each batch sees the outputs
   # of the batches before it in the same call, and a call starts with an empty memory.
   remembering = at_model.translator('spec', block_size=4, drafter='ngram', ngram_memory=256)
@@ -448,3 +449,57 @@ def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir,
     at_model.translate(texts, algorithm='spec', drafter='model', draft_model=trained_workdir)
   with pytest.raises(FastmtError, match='--drafter model only'):
     at_model.translate(texts, algorithm='spec', drafter='ngram', draft_model=workdir)
+
+
+def test_the_trajectory_pool_remembers_each_input_and_follows_its_chain():
+  """Entries are (token before, input) -> the prediction at that window position, guesses included; the chain
+  follows the pool where it has the key and keeps the row's own guesses where not."""
+  for key_length in (1, 2):
+    pool = drafts_lib.empty_pool(2, 64, key_length)
+    inputs = jnp.array([[A, B, JUNK], [C, D, E]])
+    predictions = jnp.array([[B, C, D], [F, F, F]])
+    pool = drafts_lib.remember_window(pool, inputs, predictions, jnp.array([BOS_ID, A]), jnp.array([True, False]))
+    fallback = jnp.full((2, 4), PAD_ID, jnp.int32)
+    chain = drafts_lib.follow_pool(pool, jnp.array([BOS_ID, BOS_ID]), jnp.array([A, A]), fallback)
+    # row 0: A -> B -> C (B -> C learnt after (A, B)), then C is unknown: PAD; row 1 was finished: nothing learnt
+    np.testing.assert_array_equal(chain, [[B, C, PAD_ID, PAD_ID], [PAD_ID] * 4], err_msg=f'key {key_length}')
+    # a guess (JUNK, predicted D) is remembered too; a 2-token key also needs the token before it to match
+    after_junk = drafts_lib.follow_pool(pool, jnp.array([B, C]), jnp.array([JUNK, JUNK]), fallback[:, :1])
+    np.testing.assert_array_equal(after_junk[:, 0], [D, PAD_ID])
+    other_context = drafts_lib.follow_pool(pool, jnp.array([E, E]), jnp.array([JUNK, JUNK]), fallback[:, :1])
+    np.testing.assert_array_equal(other_context[0, 0], D if key_length == 1 else PAD_ID)
+  with pytest.raises(ValueError, match='1 or 2 tokens'):
+    drafts_lib.empty_pool(1, 8, 3)
+
+
+def test_the_trajectory_pool_drafts_a_pattern_it_has_seen_in_the_window():
+  """A B C A B C A B C EOS with PAD guesses (right only where the input is): greedy's 10 calls without the pool;
+  with it, once A -> B -> C has passed through the window the next windows are drafted whole."""
+  sequence = [A, B, C] * 3 + [EOS_ID]
+  plain = jacobi.pgj_decode(_oracle_step(sequence), stub_cache(1, 20), 1, 16, 3)
+  pooled = jacobi.pgj_decode(_oracle_step(sequence), stub_cache(1, 20), 1, 16, 3, trajectory_pool=1)
+  np.testing.assert_array_equal(pooled.tokens, plain.tokens)
+  np.testing.assert_array_equal(plain.decoder_calls, [10])
+  np.testing.assert_array_equal(pooled.decoder_calls, [6])  # A, B, C, A one by one; then B C A; then B C EOS
+  with pytest.raises(ValueError, match='not with self-drafting'):
+    jacobi.pgj_decode(_oracle_step(sequence), stub_cache(1, 22), 1, 16, 3, mask_id=MASK, trajectory_pool=1)
+
+
+@pytest.mark.parametrize('seed', range(2))
+def test_trajectory_pool_drafting_equals_greedy_on_random_models(seed):
+  """Exact whatever the pool holds, with and without prompt lookups, at widths 2 and 4, keys of 1 and 2."""
+  batch, max_len = 4, 16
+  model, params = random_model(30 + seed)
+  rng = np.random.default_rng(seed)
+  source = rng.integers(4, 9, (batch, 11))
+  source[:, 9], source[:, 10:] = EOS_ID, PAD_ID
+  step_fn = model_step(model, params, jnp.array(source), rng.integers(1, 20, batch))
+  caps = jnp.array(rng.integers(0, max_len + 1, batch))
+  expected = greedy.greedy_search(step_fn, models.init_cache(model.config, batch, max_len), batch, max_len, caps)
+  for width in (2, 4):
+    for key_length in (1, 2):
+      for drafter in (None, jacobi.ngram_drafter(jnp.array(source))):
+        out = jacobi.pgj_decode(step_fn, models.init_cache(model.config, batch, max_len + width), batch, max_len,
+                                width, row_caps=caps, drafter=drafter, trajectory_pool=key_length)
+        np.testing.assert_array_equal(out.tokens, expected.tokens, err_msg=f'W={width} key={key_length}')
+        assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()

@@ -25,6 +25,10 @@ from fastmt.errors import FastmtError, MissingError
     ('spec:-2+ngram', 'must not be negative'),
     ('spec:3+ngramx', "unknown suffix \\+ngramx for spec"),
     ('spec:3+pad64', "unknown suffix \\+pad64 for spec"),
+    ('spec:3+ngram+poolx', 'unknown suffix \\+poolx \\(the last suffix of two must be \\+pool'),
+    ('spec:3+pool3', 'ngram_pool keys the trajectory pool on 1 or 2 tokens'),
+    ('spec:3+pool', 'drafts for --algorithm spec with --drafter ngram, bigram or pad, not --algorithm spec --drafter self'),
+    ('pgj:3+pool', 'is a drafter of spec:W'),
 ])
 def test_a_malformed_bench_method_is_a_clear_error(method, message):
   with pytest.raises(FastmtError, match=message):
@@ -38,6 +42,10 @@ def test_well_formed_bench_methods_still_parse():
   assert bench.parse_method('spec:3+ngram')[1].ngram_memory == 0
   settings = bench.parse_method('spec:3+ngram2048')[1]
   assert (settings.drafter, settings.ngram_memory, settings.block_size) == ('ngram', 2048, 3)
+  settings = bench.parse_method('spec:3+ngram2048+pool2@bf16')[1]
+  assert (settings.drafter, settings.ngram_memory, settings.ngram_pool) == ('ngram', 2048, 2)
+  assert (bench.parse_method('spec:2+pad+pool')[1].drafter, bench.parse_method('spec:2+pad+pool')[1].ngram_pool) == \
+      ('pad', 1)
 
 
 def test_positional_arguments_are_refused_by_every_tool():

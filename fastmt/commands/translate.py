@@ -58,6 +58,9 @@ def define_flags():
                        'the input\'s earlier sentences (names and phrases a text repeats; 0 = the sentence\'s own '
                        'output and source only). --ddgviz draws and --speed_sentences times each sentence on '
                        'its own, without the memory.')
+  flags.DEFINE_integer('ngram_pool', 0, '--algorithm spec (--drafter ngram, bigram or pad): also draft from the '
+                       'trajectory pool, what the window predicted after each token it was fed, verified or a guess '
+                       '(lookahead decoding\'s n-gram pool), keyed on 1 or 2 tokens; 0 = off.')
   flags.DEFINE_string('drafter_workdir', None, '--drafter model: the drafter\'s work directory (a selfdraft model '
                       'sharing this model\'s vocabulary, e.g. configs/selfdraft.py:w4,drafter).')
   flags.DEFINE_integer('parallel_length', 0, 'HGJ parallel length l (0 = the output cap).')
@@ -136,7 +139,7 @@ def main(argv):
                             parallel_length=FLAGS.parallel_length,
                             jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram,
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
-                            drafter=FLAGS.drafter, ngram_memory=FLAGS.ngram_memory)
+                            drafter=FLAGS.drafter, ngram_memory=FLAGS.ngram_memory, ngram_pool=FLAGS.ngram_pool)
   _warn_of_unused_flags()
   _check_drafter_workdir()
   # Before the model loads: a mistyped path or setting costs nothing.

@@ -15,6 +15,8 @@ the same two tokens before. `--algorithm spec --drafter ngram` uses them: where 
 its drafts replace the next window's guesses; elsewhere Jacobi's own guesses stand.
 """
 
+import flax
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -117,3 +119,58 @@ def remember_outputs(recent: np.ndarray, outputs) -> np.ndarray:
     return recent
   pieces = [recent] + [np.append(np.asarray(ids, np.int32), EOS_ID).astype(np.int32) for ids in outputs]
   return np.concatenate(pieces)[-size:]
+
+
+# The trajectory pool (lookahead decoding's n-gram pool, for one row at a time): every decoder call of a Jacobi
+# window predicts, at each window position, the token after that position's input, whether the input was
+# verified or a guess; the pool remembers the latest such prediction per key (the last `key_length` inputs) and
+# drafts by following it from the committed prefix. A wrong guess still teaches the pool what follows the
+# guessed token, which the sentence may reach later ("der Herr" guessed too early, then met).
+_POOL_HASH = 1_000_003  # a prime multiplier for the two-token key's hash
+
+
+@flax.struct.dataclass
+class TrajectoryPool:
+  keys: jax.Array  # int32 [B, H, 2]: the (previous, last) input tokens of each entry (previous -1 for 1-token keys)
+  values: jax.Array  # int32 [B, H]: the prediction that followed them; -1 in an empty slot
+  key_length: int = flax.struct.field(pytree_node=False, default=1)
+
+
+def empty_pool(rows: int, slots: int, key_length: int = 1) -> TrajectoryPool:
+  """A pool of `slots` entries per row (a hash table; a collision overwrites, which only costs a draft)."""
+  if key_length not in (1, 2):
+    raise ValueError(f'the trajectory pool keys on 1 or 2 tokens, got {key_length}')
+  return TrajectoryPool(jnp.full((rows, slots, 2), -1, jnp.int32), jnp.full((rows, slots), -1, jnp.int32),
+                        key_length)
+
+
+def _slot(pool: TrajectoryPool, previous, last):
+  previous = previous if pool.key_length == 2 else jnp.full_like(last, -1)
+  code = previous.astype(jnp.uint32) * jnp.uint32(_POOL_HASH) + last.astype(jnp.uint32)
+  return (code % jnp.uint32(pool.values.shape[1])).astype(jnp.int32), previous
+
+
+def remember_window(pool: TrajectoryPool, inputs, predictions, before, active) -> TrajectoryPool:
+  """The pool after one call: for each window position j of an active row, key (inputs[j - 1], inputs[j]) ->
+  predictions[j] (`before` [B]: the token before inputs[0]). A finished row writes nothing."""
+  previous = jnp.concatenate([before[:, None], inputs[:, :-1]], axis=1)
+  slot, previous = _slot(pool, previous, inputs)
+  slot = jnp.where(active[:, None], slot, pool.values.shape[1])  # past the end: dropped
+  rows = jnp.arange(inputs.shape[0])[:, None]
+  keys = pool.keys.at[rows, slot].set(jnp.stack([previous, inputs], -1), mode='drop')
+  return pool.replace(keys=keys, values=pool.values.at[rows, slot].set(predictions, mode='drop'))
+
+
+def follow_pool(pool: TrajectoryPool, previous, last, fallback):
+  """Drafts g_1 .. g_W after the committed tokens (previous, last) [B]: g_j = the pool's entry for the two
+  tokens before it where it has one, else fallback[:, j - 1] (int32 [B, W]: the guesses the row had)."""
+  def follow(carry, fallback_j):
+    before, token = carry
+    slot, before_key = _slot(pool, before, token)
+    key = jnp.take_along_axis(pool.keys, slot[:, None, None], axis=1)[:, 0]  # [B, 2]
+    value = jnp.take_along_axis(pool.values, slot[:, None], axis=1)[:, 0]
+    hit = (key[:, 0] == before_key) & (key[:, 1] == token) & (value >= 0)
+    following = jnp.where(hit, value, fallback_j)
+    return (token, following), following
+  _, chain = jax.lax.scan(follow, (previous, last), fallback.T)
+  return chain.T

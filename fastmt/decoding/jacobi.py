@@ -95,6 +95,7 @@ class JacobiState:
   trace: JacobiTrace | None
   guess_is_draft: jax.Array  # bool [B]: `guess` is a self-draft (mask_id): draft after the window next
   draft_cache: Any = None  # a separate drafter model's cache (draft_model), else None
+  pool: drafts.TrajectoryPool | None = None  # the trajectory pool (trajectory_pool), else None
 
 
 def commit(guess: jax.Array, predictions: jax.Array, committed: jax.Array, caps: jax.Array, done: jax.Array,
@@ -144,8 +145,10 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     guesses are this draft from the accepted point on (its first slots are the outputs just committed).
   Otherwise the next guesses are Jacobi's (the unverified predictions, shifted), or the prefix drafter's
   where it finds something, or a separate drafter model's (draft_model: one call of its own after every
-  commit, fastmt/decoding/draft_model.py). Drafts are guesses like any other: the commit rule keeps the
-  output exact whatever they say.
+  commit, fastmt/decoding/draft_model.py). With a trajectory pool in the state (drafts.TrajectoryPool), every
+  call's (input, prediction) pairs go into it, and the next guesses follow it from the committed tokens where
+  it knows a continuation (before the prefix drafter, whose matches win). Drafts are guesses like any other:
+  the commit rule keeps the output exact whatever they say.
   """
   rows, eos_id = state.tokens.shape[0], ids[1]
   cache_length = cache_slots(state.cache, rows)
@@ -202,6 +205,14 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
       # A draft after the prefix always fits; a draft after the window only if the whole window was accepted.
       guess_is_draft = ~s.guess_is_draft | (accepted == width)
       guess = jnp.where(guess_is_draft[:, None], from_draft, guess)
+    pool = s.pool
+    if pool is not None and width > 1:
+      before = jnp.where(n > 0, jnp.take_along_axis(s.tokens, jnp.maximum(n - 1, 0)[:, None], 1)[:, 0], -1)
+      pool = drafts.remember_window(pool, inputs, predictions, before, ~s.done)
+      last = jnp.take_along_axis(tokens, committed[:, None], 1)[:, 0]
+      previous = jnp.where(committed > 0, jnp.take_along_axis(tokens, jnp.maximum(committed - 1, 0)[:, None], 1)[:, 0],
+                           -1)
+      guess = drafts.follow_pool(pool, previous, last, guess)
     if drafter is not None and width > 1:
       # tokens[1 .. committed] are final: the drafter continues them (it reads nothing past `committed`).
       drafted, found = drafter(tokens, committed, width)
@@ -222,7 +233,7 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
           trace.probabilities.at[s.iteration].set(pad(probs)),
           trace.accepted.at[s.iteration].set(accepted))
     return JacobiState(s.iteration + 1, tokens, committed, guess, done, s.calls + (~s.done).astype(jnp.int32),
-                       cache, trace, guess_is_draft, draft_cache)
+                       cache, trace, guess_is_draft, draft_cache, pool)
 
   return jax.lax.while_loop(not_finished, advance, state)
 
@@ -231,7 +242,7 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
                   parallel_length: int | None = None, initializer: Initializer | None = None,
                   return_trace: bool = False, row_caps: jax.Array | None = None, mask_id: int | None = None,
                   drafter: PrefixDrafter | None = None, draft_model: draft_model_lib.DraftModel | None = None, *,
-                  bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID):
+                  trajectory_pool: int = 0, bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID):
   """Hybrid GS-Jacobi decoding; PJ and PGJ are its special cases (see module docstring).
 
   Args:
@@ -254,6 +265,9 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
     draft_model: a separate drafter model (fastmt/decoding/draft_model.py) whose drafts are the guesses of
       every window, the first included; its cache needs draft_model.cache_slots(max_length, block_size)
       slots. Not with mask_id or drafter.
+    trajectory_pool: 1 or 2: keep a trajectory pool keyed on that many tokens (drafts.TrajectoryPool; lookahead
+      decoding's n-grams from the window's own predictions, verified or not) and draft from it; 0 = none. Not
+      with mask_id or draft_model.
     initializer: guesses for positions entering the window (see Initializer); None = PAD (pad_initializer).
     bos_id, eos_id, pad_id: the model's special ids, as for greedy_search (pad_id is also the default
       initializer's guess). The self-drafting and drafter-model paths are fastmt's own models: their ids.
@@ -269,6 +283,9 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
     initializer = functools.partial(pad_initializer, pad_id=pad_id)
   if sum(x is not None for x in (drafter, mask_id, draft_model)) > 1:
     raise ValueError('give one of a prefix drafter, self-drafting (mask_id) and a drafter model, not several')
+  if trajectory_pool and (mask_id is not None or draft_model is not None):
+    raise ValueError('the trajectory pool drafts for Jacobi and the prefix drafter, not with self-drafting or a '
+                     'drafter model')
   block_size = min(block_size, max_length)
   parallel_length = max_length if parallel_length is None else parallel_length
   if not 0 < parallel_length <= max_length:
@@ -298,8 +315,12 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
     if block_size > 1:  # the drafter's first call: BOS alone, drafts of outputs 0 .. W - 1
       first_guesses, draft_cache = draft_model_lib.draft(draft_model, draft_model.cache, tokens, zeros, zeros,
                                                          block_size)
+  pool = None
+  if trajectory_pool:  # each call adds <= W entries: room for twice what a row can add, a power of two, <= 4096
+    slots = min(1 << (2 * max_length * block_size - 1).bit_length(), 4096)
+    pool = drafts.empty_pool(batch_size, slots, trajectory_pool)
   state = JacobiState(jnp.int32(0), tokens, zeros, first_guesses, caps <= 0, zeros, cache, trace, zeros > 0,
-                      draft_cache)
+                      draft_cache, pool)
   state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer, caps, mask_id, drafter,
                        draft_model, (bos_id, eos_id, pad_id))
   if parallel_length < max_length:

@@ -149,7 +149,7 @@ def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None, dra
   # guesses stand (the window's unverified predictions, shifted; the initializer's for new positions).
   drafter = jacobi.ngram_drafter(source, recent=recent) if s.drafter == 'ngram' else None
   return jacobi.pgj_decode(step_fn, cache, batch, max_len, s.block_size, initializer=initializer, row_caps=caps,
-                           mask_id=mask_id, drafter=drafter, draft_model=draft_model)
+                           mask_id=mask_id, drafter=drafter, draft_model=draft_model, trajectory_pool=s.ngram_pool)
 
 
 def _spec_cache(max_len, s):
@@ -207,7 +207,7 @@ def get(name: str) -> Algorithm:
 
 
 _WHOLE_NUMBER_SETTINGS = ('beam_size', 'block_size', 'parallel_length', 'dedup_ngram', 'chunk_size', 'nat_beam_size',
-                          'ngram_memory')
+                          'ngram_memory', 'ngram_pool')
 _NAME_SETTINGS = ('algorithm', 'jacobi_init', 'drafter')
 
 
@@ -240,6 +240,12 @@ def validate(settings) -> None:
     raise FastmtError(f'ngram_memory ({settings.ngram_memory} tokens of earlier outputs) drafts for --algorithm spec '
                       f'--drafter ngram only, not --algorithm {settings.algorithm}'
                       + (f' --drafter {settings.drafter}' if settings.algorithm == 'spec' else ''))
+  if settings.ngram_pool not in (0, 1, 2):
+    raise FastmtError(f'ngram_pool keys the trajectory pool on 1 or 2 tokens (0 = off), got {settings.ngram_pool}')
+  if settings.ngram_pool and not (settings.algorithm == 'spec' and settings.drafter in ('ngram', 'bigram', 'pad')):
+    raise FastmtError('ngram_pool (the trajectory pool) drafts for --algorithm spec with --drafter ngram, bigram or '
+                      f'pad, not --algorithm {settings.algorithm}'
+                      + (f' --drafter {settings.drafter}' if settings.algorithm == 'spec' else ''))
   get(settings.algorithm).check(settings)
 
 
@@ -248,7 +254,8 @@ def validate(settings) -> None:
 SETTING_ALGORITHMS = {'beam_size': ('beam', 'ib', 'hrt'), 'alpha': ('beam', 'ib', 'hrt'),
                       'block_size': ('pgj', 'hgj', 'spec'), 'parallel_length': ('hgj',),
                       'jacobi_init': ('pj', 'pgj', 'hgj', 'spec'), 'dedup_ngram': ('ib',), 'chunk_size': ('hrt',),
-                      'nat_beam_size': ('hrt',), 'drafter': ('spec',), 'ngram_memory': ('spec',)}
+                      'nat_beam_size': ('hrt',), 'drafter': ('spec',), 'ngram_memory': ('spec',),
+                      'ngram_pool': ('spec',)}
 
 
 def ignored_settings(algorithm: str, names) -> list[str]:
