@@ -80,7 +80,7 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
                                  translator.output_projection, translator.drafter if draft_settings else None,
                                  config=config, max_len=max_len, block=block, parallel=parallel, mask_id=mask_id,
                                  lookup=settings.algorithm == 'spec' and settings.drafter == 'ngram',
-                                 draft_settings=draft_settings)
+                                 draft_settings=draft_settings, pool=settings.ngram_pool)
   tokens = np.asarray(result.tokens[0])
   eos = np.flatnonzero(tokens == EOS_ID)
   length = int(eos[0]) + 1 if len(eos) else int(row_caps[0])  # no EOS: the output ran to its own cap
@@ -95,13 +95,13 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
                        np.asarray(trace.probabilities[:iterations, 0]), np.asarray(trace.accepted[:iterations, 0]),
                        vocab_pieces, f'{settings.algorithm} b={block}' + (f' l={parallel}' if parallel < max_len else '') +
                        (f' drafter={settings.drafter}' if settings.algorithm == 'spec' else
-                        f' init={settings.jacobi_init}'))
+                        f' init={settings.jacobi_init}') + (f' pool={settings.ngram_pool}' if settings.ngram_pool else ''))
 
 
 @functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel', 'mask_id', 'lookup',
-                                             'draft_settings'))
+                                             'draft_settings', 'pool'))
 def _traced_decode(params, source, row_caps, draft_table, output_projection, drafter=None, *, config, max_len, block,
-                   parallel, mask_id, lookup=False, draft_settings=None):
+                   parallel, mask_id, lookup=False, draft_settings=None, pool=0):
   model = models.Transformer(config)
   encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
   memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
@@ -110,7 +110,7 @@ def _traced_decode(params, source, row_caps, draft_table, output_projection, dra
   step_fn = make_step_fn(model, params, memory, output_projection=output_projection)
   return jacobi.jacobi_decode(step_fn, cache, source.shape[0], max_len, block,
                               parallel_length=parallel, initializer=initializer, return_trace=True,
-                              row_caps=row_caps, mask_id=mask_id,
+                              row_caps=row_caps, mask_id=mask_id, trajectory_pool=pool,  # --ngram_pool
                               drafter=jacobi.ngram_drafter(source) if lookup else None,  # --drafter ngram
                               draft_model=None if draft_settings is None else draft_model_for(
                                   drafter, source, source.shape[0], max_len, draft_settings,

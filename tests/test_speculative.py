@@ -432,6 +432,11 @@ def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir,
   assert without_workdir.translate(texts, algorithm='spec', drafter='ngram') == at_model.translate(texts)
   ngram_translator = at_model.translator('spec', block_size=3, drafter='ngram')
   assert 'drafter=ngram' in ddgviz.trace_sentence(ngram_translator, texts[0], ngram_translator.settings).method
+  # DDGviz draws the trajectory pool's run: the iterations the translator itself makes
+  pooled = at_model.translator('spec', block_size=3, drafter='ngram', ngram_pool=1)
+  trace = ddgviz.trace_sentence(pooled, texts[0], pooled.settings)
+  assert 'pool=1' in trace.method and trace.accepted.sum() == len(trace.final)
+  assert len(trace.accepted) == pooled.translate(texts[:1], batch_size=1)[1].decoder_calls
   # The fine-tuned model shares the AT model's vocabulary: it drafts for it as a separate drafter model.
   assert at_model.translate(texts, algorithm='spec', drafter='model', draft_model=workdir) == at_model.translate(texts)
   assert at_model.translate(texts, algorithm='spec', block_size=2, drafter='model',
