@@ -38,12 +38,12 @@ def is_auto(label: str) -> bool:
 def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettings, str]:
   """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K) |
   'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT) | 'spec:W'
-  (speculative, window W, the model's own drafts; a last '+pool' or '+pool2': also the trajectory pool, keyed on
-  1 or 2 tokens), then optionally '+bigram' (Jacobi draft guesses; spec: the
+  (speculative, window W, the model's own drafts), then optionally '+bigram' (Jacobi draft guesses; spec: the
   bigram drafter), '+ngram' (spec: prompt-lookup drafts; '+ngramM': also in the last M tokens of the
   earlier outputs of the same pass, ngram_memory), '+model' (spec: a separate drafter model,
   --drafter_workdir), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove
-  repeated n-grams up to N) and '@bf16' (half precision), '@int8' or '@int8_layers' (8-bit, fastmt.quantize),
+  repeated n-grams up to N); spec's +ngram, +bigram and +pad may be followed by '+pool' or '+pool2' (also the
+  trajectory pool, keyed on 1 or 2 tokens: spec:3+ngram+pool); and '@bf16' (half precision), '@int8' or '@int8_layers' (8-bit, fastmt.quantize),
   '@bf16_int8' or '@bf16_int8_layers' (both) -> (label, settings, dtype). 'spec:auto' (allow_auto: the
   bench's own translators) is spec at the width that times fastest per batch size (fastmt.width; its settings
   carry the widest candidate); elsewhere a width must be named."""
@@ -107,7 +107,7 @@ def _trajectory_pool_suffix(label: str, init: str) -> tuple[str, int]:
   if not plus and not init.startswith('pool'):
     return init, 0
   last = last if plus else init
-  if not last.startswith('pool') or not (last[4:] or '1').isdigit():
+  if not last.startswith('pool') or last[4:] not in ('', '1', '2'):
     raise FastmtError(f'{label}: unknown suffix +{last} (the last suffix of two must be +pool, +pool1 or +pool2)')
   if not label.startswith('spec'):
     raise FastmtError(f'{label}: +pool (the trajectory pool) is a drafter of spec:W')
@@ -402,7 +402,8 @@ def define_flags():
   flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to translate (never 40-43: not in any split).')
   flags.DEFINE_list('methods', list(DEFAULT_METHODS),
                     'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L], spec:W (own drafts; spec:W+bigram, +ngram, '
-                    '+model, +pad, then +pool or +pool2 for the trajectory pool: spec:3+ngram+pool; spec:auto: the width that times fastest on validation sentences, 1 = greedy), '
+                    '+model, +pad; after +ngram, +bigram or +pad, +pool or +pool2 adds the trajectory pool: '
+                    'spec:3+ngram+pool; spec:auto: the width that times fastest on validation sentences, 1 = greedy), '
                     'ib, ib:K, hrt, hrt:B_AT:B_NAT; append +bigram for Jacobi draft guesses (pgj:3+bigram) and @bf16 '
                     'for half precision (greedy@bf16). See parse_method.')
   flags.DEFINE_integer('batch_size', 32, 'The large batch.')

@@ -437,6 +437,9 @@ def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir,
   trace = ddgviz.trace_sentence(pooled, texts[0], pooled.settings)
   assert 'pool=1' in trace.method and trace.accepted.sum() == len(trace.final)
   assert len(trace.accepted) == pooled.translate(texts[:1], batch_size=1)[1].decoder_calls
+  # ... and the pool is in use there: the same sentence without it is decoded in other calls
+  plain = ddgviz.trace_sentence(ngram_translator, texts[0], ngram_translator.settings)
+  assert list(plain.accepted) != list(trace.accepted), (list(plain.accepted), list(trace.accepted))
   # The fine-tuned model shares the AT model's vocabulary: it drafts for it as a separate drafter model.
   assert at_model.translate(texts, algorithm='spec', drafter='model', draft_model=workdir) == at_model.translate(texts)
   assert at_model.translate(texts, algorithm='spec', block_size=2, drafter='model',
@@ -473,8 +476,14 @@ def test_the_trajectory_pool_remembers_each_input_and_follows_its_chain():
     np.testing.assert_array_equal(after_junk[:, 0], [D, PAD_ID])
     other_context = drafts_lib.follow_pool(pool, jnp.array([E, E]), jnp.array([JUNK, JUNK]), fallback[:, :1])
     np.testing.assert_array_equal(other_context[0, 0], D if key_length == 1 else PAD_ID)
+  # two positions of a window with one key: the later prediction is kept, whatever order a scatter applies
+  pool = drafts_lib.remember_window(drafts_lib.empty_pool(1, 64), jnp.array([[A, A, A]]), jnp.array([[B, C, D]]),
+                                    jnp.array([BOS_ID]), jnp.array([True]))
+  assert int(drafts_lib.follow_pool(pool, jnp.array([-1]), jnp.array([A]), jnp.zeros((1, 1), jnp.int32))[0, 0]) == D
   with pytest.raises(ValueError, match='1 or 2 tokens'):
     drafts_lib.empty_pool(1, 8, 3)
+  with pytest.raises(ValueError, match='power of two'):
+    drafts_lib.empty_pool(1, 48)
 
 
 def test_the_trajectory_pool_drafts_a_pattern_it_has_seen_in_the_window():

@@ -26,7 +26,9 @@ from fastmt.errors import FastmtError, MissingError
     ('spec:3+ngramx', "unknown suffix \\+ngramx for spec"),
     ('spec:3+pad64', "unknown suffix \\+pad64 for spec"),
     ('spec:3+ngram+poolx', 'unknown suffix \\+poolx \\(the last suffix of two must be \\+pool'),
-    ('spec:3+pool3', 'ngram_pool keys the trajectory pool on 1 or 2 tokens'),
+    ('spec:3+pool3', 'unknown suffix \\+pool3'),
+    ('spec:3+ngram+pool0', 'unknown suffix \\+pool0'),
+    ('spec:3+ngram+pool\u00b2', 'unknown suffix'),
     ('spec:3+pool', 'drafts for --algorithm spec with --drafter ngram, bigram or pad, not --algorithm spec --drafter self'),
     ('pgj:3+pool', 'is a drafter of spec:W'),
 ])

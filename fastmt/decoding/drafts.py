@@ -126,39 +126,49 @@ def remember_outputs(recent: np.ndarray, outputs) -> np.ndarray:
 # verified or a guess; the pool remembers the latest such prediction per key (the last `key_length` inputs) and
 # drafts by following it from the committed prefix. A wrong guess still teaches the pool what follows the
 # guessed token, which the sentence may reach later ("der Herr" guessed too early, then met).
-_POOL_HASH = 1_000_003  # a prime multiplier for the two-token key's hash
+_POOL_MIX = 0x9E3779B1  # Fibonacci hashing: the slot is the high bits of the key's code times this
 
 
 @flax.struct.dataclass
 class TrajectoryPool:
-  keys: jax.Array  # int32 [B, H, 2]: the (previous, last) input tokens of each entry (previous -1 for 1-token keys)
-  values: jax.Array  # int32 [B, H]: the prediction that followed them; -1 in an empty slot
+  # int32 [B, H, 3]: each slot's (token before, last input, prediction); token before -1 for 1-token keys (and
+  # before BOS); prediction -1 in an empty slot. One array, so that one scatter writes key and value together.
+  entries: jax.Array
   key_length: int = flax.struct.field(pytree_node=False, default=1)
 
 
 def empty_pool(rows: int, slots: int, key_length: int = 1) -> TrajectoryPool:
-  """A pool of `slots` entries per row (a hash table; a collision overwrites, which only costs a draft)."""
+  """A pool of `slots` entries per row (a power of two; a hash table where a collision overwrites, which only
+  costs a draft)."""
   if key_length not in (1, 2):
     raise ValueError(f'the trajectory pool keys on 1 or 2 tokens, got {key_length}')
-  return TrajectoryPool(jnp.full((rows, slots, 2), -1, jnp.int32), jnp.full((rows, slots), -1, jnp.int32),
-                        key_length)
+  if slots < 2 or slots & (slots - 1):
+    raise ValueError(f'the trajectory pool needs a power of two >= 2 slots, got {slots}')
+  return TrajectoryPool(jnp.full((rows, slots, 3), -1, jnp.int32), key_length)
 
 
 def _slot(pool: TrajectoryPool, previous, last):
+  """(slot int32, the key's first token: `previous`, or -1 for 1-token keys) of keys (previous, last)."""
   previous = previous if pool.key_length == 2 else jnp.full_like(last, -1)
-  code = previous.astype(jnp.uint32) * jnp.uint32(_POOL_HASH) + last.astype(jnp.uint32)
-  return (code % jnp.uint32(pool.values.shape[1])).astype(jnp.int32), previous
+  code = previous.astype(jnp.uint32) * jnp.uint32(1_000_003) + last.astype(jnp.uint32)  # wraps: any 32 bits do
+  bits = pool.entries.shape[1].bit_length() - 1
+  return ((code * jnp.uint32(_POOL_MIX)) >> jnp.uint32(32 - bits)).astype(jnp.int32), previous
 
 
 def remember_window(pool: TrajectoryPool, inputs, predictions, before, active) -> TrajectoryPool:
   """The pool after one call: for each window position j of an active row, key (inputs[j - 1], inputs[j]) ->
-  predictions[j] (`before` [B]: the token before inputs[0]). A finished row writes nothing."""
+  predictions[j] (`before` [B]: the token before inputs[0]). Where two positions of a row share a slot the later
+  one is written (the latest prediction), decided here so that the scatter never holds two writes to one slot.
+  A finished row writes nothing."""
+  width = inputs.shape[1]
   previous = jnp.concatenate([before[:, None], inputs[:, :-1]], axis=1)
   slot, previous = _slot(pool, previous, inputs)
-  slot = jnp.where(active[:, None], slot, pool.values.shape[1])  # past the end: dropped
+  later = jnp.arange(width)[None, :, None] < jnp.arange(width)[None, None, :]  # [1, j, k]: k after j
+  overwritten = ((slot[:, :, None] == slot[:, None, :]) & later).any(axis=2)  # [B, W]
+  slot = jnp.where(active[:, None] & ~overwritten, slot, pool.entries.shape[1])  # past the end: dropped
   rows = jnp.arange(inputs.shape[0])[:, None]
-  keys = pool.keys.at[rows, slot].set(jnp.stack([previous, inputs], -1), mode='drop')
-  return pool.replace(keys=keys, values=pool.values.at[rows, slot].set(predictions, mode='drop'))
+  entries = pool.entries.at[rows, slot].set(jnp.stack([previous, inputs, predictions], -1), mode='drop')
+  return pool.replace(entries=entries)
 
 
 def follow_pool(pool: TrajectoryPool, previous, last, fallback):
@@ -167,10 +177,9 @@ def follow_pool(pool: TrajectoryPool, previous, last, fallback):
   def follow(carry, fallback_j):
     before, token = carry
     slot, before_key = _slot(pool, before, token)
-    key = jnp.take_along_axis(pool.keys, slot[:, None, None], axis=1)[:, 0]  # [B, 2]
-    value = jnp.take_along_axis(pool.values, slot[:, None], axis=1)[:, 0]
-    hit = (key[:, 0] == before_key) & (key[:, 1] == token) & (value >= 0)
-    following = jnp.where(hit, value, fallback_j)
+    entry = jnp.take_along_axis(pool.entries, slot[:, None, None], axis=1)[:, 0]  # [B, 3]
+    hit = (entry[:, 0] == before_key) & (entry[:, 1] == token) & (entry[:, 2] >= 0)
+    following = jnp.where(hit, entry[:, 2], fallback_j)
     return (token, following), following
   _, chain = jax.lax.scan(follow, (previous, last), fallback.T)
   return chain.T
