@@ -43,8 +43,8 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
   earlier outputs of the same pass, ngram_memory), '+model' (spec: a separate drafter model,
   --drafter_workdir), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove
   repeated n-grams up to N); spec's +ngram, +bigram and +pad may be followed by '+pool' or '+pool2' (also the
-  trajectory pool, keyed on 1 or 2 tokens: spec:3+ngram+pool); and '@bf16' (half precision), '@int8' or '@int8_layers' (8-bit, fastmt.quantize),
-  '@bf16_int8' or '@bf16_int8_layers' (both) -> (label, settings, dtype). 'spec:auto' (allow_auto: the
+  trajectory pool, keyed on 1 or 2 tokens: spec:3+ngram+pool); and '@bf16' (half precision), '@int8' or
+  '@int8_layers' (8-bit, fastmt.quantize), '@bf16_int8' or '@bf16_int8_layers' (both) -> (label, settings, dtype). 'spec:auto' (allow_auto: the
   bench's own translators) is spec at the width that times fastest per batch size (fastmt.width; its settings
   carry the widest candidate); elsewhere a width must be named."""
   label = spec

@@ -95,7 +95,8 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
                        np.asarray(trace.probabilities[:iterations, 0]), np.asarray(trace.accepted[:iterations, 0]),
                        vocab_pieces, f'{settings.algorithm} b={block}' + (f' l={parallel}' if parallel < max_len else '') +
                        (f' drafter={settings.drafter}' if settings.algorithm == 'spec' else
-                        f' init={settings.jacobi_init}') + (f' pool={settings.ngram_pool}' if settings.ngram_pool else ''))
+                        f' init={settings.jacobi_init}')
+                       + (f' pool={settings.ngram_pool}' if settings.ngram_pool else ''))
 
 
 @functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel', 'mask_id', 'lookup',

@@ -29,7 +29,8 @@ from fastmt.errors import FastmtError, MissingError
     ('spec:3+pool3', 'unknown suffix \\+pool3'),
     ('spec:3+ngram+pool0', 'unknown suffix \\+pool0'),
     ('spec:3+ngram+pool\u00b2', 'unknown suffix'),
-    ('spec:3+pool', 'drafts for --algorithm spec with --drafter ngram, bigram or pad, not --algorithm spec --drafter self'),
+    ('spec:3+pool', 'drafts for --algorithm spec with --drafter ngram, bigram or pad, not --algorithm spec '
+                    '--drafter self'),
     ('pgj:3+pool', 'is a drafter of spec:W'),
 ])
 def test_a_malformed_bench_method_is_a_clear_error(method, message):

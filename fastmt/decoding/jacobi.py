@@ -207,12 +207,11 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
       guess = jnp.where(guess_is_draft[:, None], from_draft, guess)
     pool = s.pool
     if pool is not None and width > 1:
-      before = jnp.where(n > 0, jnp.take_along_axis(s.tokens, jnp.maximum(n - 1, 0)[:, None], 1)[:, 0], -1)
-      pool = drafts.remember_window(pool, inputs, predictions, before, ~s.done)
-      last = jnp.take_along_axis(tokens, committed[:, None], 1)[:, 0]
-      previous = jnp.where(committed > 0, jnp.take_along_axis(tokens, jnp.maximum(committed - 1, 0)[:, None], 1)[:, 0],
-                           -1)
-      guess = drafts.follow_pool(pool, previous, last, guess)
+      # tokens[i] is output i - 1 (BOS at 0); the token before BOS is -1, which no key holds
+      token_at = lambda row_tokens, i: jnp.where(i >= 0, jnp.take_along_axis(
+          row_tokens, jnp.maximum(i, 0)[:, None], 1)[:, 0], -1)
+      pool = drafts.remember_window(pool, inputs, predictions, token_at(s.tokens, n - 1), ~s.done)
+      guess = drafts.follow_pool(pool, token_at(tokens, committed - 1), token_at(tokens, committed), guess)
     if drafter is not None and width > 1:
       # tokens[1 .. committed] are final: the drafter continues them (it reads nothing past `committed`).
       drafted, found = drafter(tokens, committed, width)
