@@ -7,7 +7,10 @@
 #                                  folders on the CPU, so that both machines' figures are of the same weights.
 #                                  With it, its bigram draft table (decode_lib.load_draft_table).
 #   .gpu_carry/tfds/...            the prepared Bible pair without its training split (FASTMT_CACHE): the benches
-#                                  read the test and validation splits only
+#                                  read the test and validation splits only; with TRAIN_SPLIT=1 the training
+#                                  split too (18 MiB for en_de), for a fine-tuning on the GPU
+#   .gpu_carry/kd/                 with KD=DIR, that distillation (fastmt.distill's output directory, its
+#                                  targets gzipped: 0.4 of their size), for a fine-tuning on distilled targets
 #   .whl/                          the wheels the GPU image lacks (the device tool's README: Python 3.12)
 # Training on the GPU took most of the earlier runs' device time (docs/BENCHMARKS.md section 10: 340 of 540 s on
 # an H200, no speed figure reached); with the models carried, the whole run goes to the benches.
@@ -27,7 +30,9 @@
 # Environment: ROWS (NAME=WORKDIR ...: each work directory's last checkpoint, parameters only, becomes
 # .gpu_carry/models/NAME_avg5; one already there is kept: rm -rf .gpu_carry/models to start over), DTYPE (how
 # they are stored: bfloat16, the default, or float32: a quickstart-shape model takes 12 or 27 MiB), PAIR
-# (default en_de), PY.
+# (default en_de), TRAIN_SPLIT (1: carry the training split), KD (a distillation to carry), PY.
+# benchmarks/hrt_gpu.sh is the device run that fine-tunes HRT there from a carried AT model (its header: the
+# whole command).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 PY=${PY:-.venv/bin/python}
@@ -57,8 +62,17 @@ version=$(basename "$source_dir")
 mkdir -p "$CARRY/tfds/bible/$PAIR/$version" "$CARRY/tfds/bible/.config"
 cp "$cache/bible/.config/"* "$CARRY/tfds/bible/.config/" 2>/dev/null || true
 for f in "$source_dir"*; do
-  case $(basename "$f") in *-train.*) ;; *) cp "$f" "$CARRY/tfds/bible/$PAIR/$version/" ;; esac
+  case $(basename "$f") in *-train.*) if [[ ${TRAIN_SPLIT:-0} == 1 ]]; then cp "$f" "$CARRY/tfds/bible/$PAIR/$version/"; fi ;;
+    *) cp "$f" "$CARRY/tfds/bible/$PAIR/$version/" ;; esac
 done
+
+if [[ -n ${KD:-} ]]; then  # a finished distillation only: an unfinished one would fail the fine-tuning there
+  $PY -c "import json,sys; m=json.load(open(sys.argv[1])); sys.exit(m['done'] != m['sources'])" "$KD/manifest.json" \
+    || { echo "$KD is not a finished distillation" >&2; exit 1; }
+  mkdir -p "$CARRY/kd"
+  cp "$KD/manifest.json" "$KD/spm.model" "$CARRY/kd/"
+  gzip -c "$KD/distilled.txt" > "$CARRY/kd/distilled.txt.gz"
+fi
 
 if [[ ! -d .whl ]]; then  # the image has jax, flax, optax, orbax, sentencepiece and sacrebleu; not these
   rm -rf .whl.tmp
@@ -66,8 +80,10 @@ if [[ ! -d .whl ]]; then  # the image has jax, flax, optax, orbax, sentencepiece
     --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d .whl.tmp array_record==0.8.6 dm_tree==0.1.10 docstring_parser==0.18.0 \
     googleapis_common_protos==1.76.0 immutabledict==4.3.1 importlib_resources==7.1.0 ml_collections==1.1.0 \
-    promise==2.3 simple_parsing==0.1.9 tensorboardx==2.6.5 tensorflow_datasets==4.9.10 \
+    simple_parsing==0.1.9 tensorboardx==2.6.5 tensorflow_datasets==4.9.10 \
     tensorflow_metadata==1.21.0 termcolor==3.3.0 toml==0.10.2 wcwidth==0.9.4
+  # promise (tensorflow_datasets needs it) is published as source only: built here into a pure-Python wheel.
+  python3 -m pip wheel --quiet --no-deps promise==2.3 -w .whl.tmp
   mv .whl.tmp .whl  # only a complete set: a later run skips the download
 fi
 

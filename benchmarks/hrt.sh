@@ -14,7 +14,8 @@
 # Environment: RUNS (default runs/hrt), AT (default: train configs/quickstart.py into RUNS/at), TEACHER (default
 # AT), KD (distilled targets; default RUNS/kd_en_de, distilled by TEACHER if missing), STEPS (per HRT row;
 # 0 = the config's), TOKENS, SHAPE (quickstart | e6d6 | e6d1 | e12d1: AT's shape), ROWS, PARALLEL, EXTRA, PY,
-# BENCH_FLAGS.
+# BENCH_FLAGS, AVG_DTYPE (how each row's average of its last 5 checkpoints is stored: float32, the default, or
+# bfloat16, half the size, as benchmarks/gpu_carry.sh stores carried models).
 set -euo pipefail
 # shellcheck source=benchmarks/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -62,7 +63,8 @@ train_row() {  # train_row NAME CONFIG_ARG TARGETS INIT
   if [[ $SHAPE != quickstart ]]; then arg="$arg,$SHAPE"; fi
   # shellcheck disable=SC2046
   $PY train.py --config "configs/hrt.py:$arg" --workdir "$RUNS/$name" "${flags[@]}" $(training_flags "$STEPS")
-  $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
+  $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp" \
+    --dtype "${AVG_DTYPE:-float32}"
   mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
 }
 
