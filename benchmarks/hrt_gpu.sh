@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU half of issue [hrt]'s bar (HRT k=2 at least 1.5x AT's greedy at batch 1, 8 and 32, BLEU within 0.5 of
-# AT with mixed distillation) from an AT model trained on the CPU, in one device run: HRT k=2 is fine-tuned on
+# AT with mixed distillation) from an AT model trained on the CPU, in one device session: HRT k=2 is fine-tuned on
 # the lent GPU from the carried AT model, with mixed distillation, for as many steps as AT trained (the recipe of
 # docs/BENCHMARKS.md section 6 that met the quality bar: 2,400 steps, 2 h 40 min on 2 CPU cores), then both are
 # timed side by side with benchmarks/fast_decoders_gpu.sh's benches (AT and HRT at batch 1 and 32, then 8), and
@@ -9,9 +9,17 @@
 # Here, first (a distillation of the training sources by the AT model, then the folder the device run carries):
 #   python -m fastmt.distill --teacher runs/quickstart --output_dir runs/hrt_gpu/kd_greedy --beam_size 1 --batch_size 64
 #   ROWS="at_raw=runs/quickstart" TRAIN_SPLIT=1 KD=runs/hrt_gpu/kd_greedy bash benchmarks/gpu_carry.sh
-# The device run (carry: .gpu_carry and .whl; timeout_s 580); what comes back is in $OUT:
+# The device run (carry: .gpu_carry and .whl); what comes back is in $OUT. On an H200 the fine-tuning took about
+# 330 s (one compile per training bucket length: the quickstart has ten; about 190 steps/s after) and the two
+# benches 333 s, more than one call's 600 s: two calls, the second within the warm machine's 30-s idle window
+# (its /tmp is kept), each with timeout_s 580:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-#     .whl/*.whl && export PYTHONPATH=/tmp/site || exit; RUNS=/tmp/hrt_gpu OUT_DIR=$OUT DEADLINE=530 bash benchmarks/hrt_gpu.sh
+#     .whl/*.whl && export PYTHONPATH=/tmp/site || exit; STAGES=train RUNS=/tmp/hrt_gpu OUT_DIR=$OUT TRAIN_LIMIT=540 \
+#     bash benchmarks/hrt_gpu.sh
+#   export PYTHONPATH=/tmp/site; STAGES=bench RUNS=/tmp/hrt_gpu OUT_DIR=$OUT DEADLINE=560 bash benchmarks/hrt_gpu.sh
+# (docs/BENCHMARKS.md section 6's run of 2026-11-27 was one call with the defaults, cut at TRAIN_LIMIT=330 s just
+# after its last step, then a second with TRAIN_LIMIT=150 DEADLINE=450, whose train.py found the run finished and
+# averaged it.)
 # Back here, with the files in DIR: the GPU table, then the same two models benched on this CPU:
 #   mkdir -p runs/hrt_gpu/back && tar xzf DIR/export.tgz -C runs/hrt_gpu/back && tar xzf DIR/hrt_k2_avg5.tgz -C runs/hrt_gpu
 #   python benchmarks/hrt_table.py --runs runs/hrt_gpu/back/export --b32 table.results.json --b8 table_b8.results.json
@@ -20,13 +28,14 @@
 #   PY=.venv/bin/python RUNS=runs/hrt_gpu_smoke STEPS=20 BENCH_FLAGS="--limit 16 --speed_sentences 4 \
 #     --large_batch_sentences 16 --repeats 1" bash benchmarks/hrt_gpu.sh
 #
-# Environment: OUT_DIR (default RUNS/out: the files to bring back, written as the run goes), CARRY (default .gpu_carry: models/at_raw_avg5, tfds/ with the training split, kd/), RUNS (default
+# Environment: STAGES (default "train bench"), OUT_DIR (default RUNS/out: the files to bring back, written as the
+# run goes), CARRY (default .gpu_carry: models/at_raw_avg5, tfds/ with the training split, kd/), RUNS (default
 # runs/hrt_gpu_run), STEPS (2400), TRAIN_LIMIT (seconds the fine-tuning may take, default 330: past it the run
 # stops, so that a slow start still returns its log), DEADLINE (seconds from the script's start by which the
 # benches stop, default 540: they get what the fine-tuning left; each bench writes its results at its end, the
-# bars' table first), BENCH_FLAGS (default: quality on the first 300
-# test sentences, batch 32 timed on 300: the quality of the whole split is the CPU's to measure, on the same
-# weights), EXTRA (more --config overrides for the fine-tuning), PY.
+# bars' table first), BENCH_FLAGS (default: quality on the first 300 test sentences, batch 32 timed on 300: the
+# quality of the whole split is the CPU's to measure, on the same weights), EXTRA (more --config overrides for
+# the fine-tuning), PY.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 PY=${PY:-python3}
@@ -51,8 +60,11 @@ if [[ ! -f $RUNS/kd/manifest.json ]]; then
 fi
 log "start: HRT k=2 fine-tuned from $CARRY/models/at_raw_avg5 for $STEPS steps, mixed distillation"
 
+has_stage() { [[ " ${STAGES:-train bench} " == *" $1 "* ]]; }
+
 # 1. The fine-tuning: benchmarks/hrt.sh's row, its average of the last 5 checkpoints stored in bfloat16 (what
-#    comes back, and what both machines bench).
+#    comes back, and what both machines bench). A finished run is only averaged (train.py resumes at its end).
+if has_stage train; then
 AVG_DTYPE=bfloat16 STEPS=$STEPS AT=$CARRY/models/at_raw_avg5 KD=$RUNS/kd RUNS=$RUNS ROWS="hrt_k2:k2:mixed:ft" \
   STAGES=students timeout "${TRAIN_LIMIT:-330}" bash benchmarks/hrt.sh > "$RUNS/hrt_k2.log" 2>&1
 log "hrt_k2 rc $? ($(grep -c . "$RUNS/hrt_k2/train_history.jsonl" 2>/dev/null) history lines)"
@@ -60,6 +72,10 @@ cp "$RUNS/hrt_k2.log" "$OUT_DIR/hrt_k2.log"
 cp "$RUNS/hrt_k2/train_history.jsonl" "$OUT_DIR/hrt_k2.history.jsonl" 2>/dev/null
 if [[ ! -d $RUNS/hrt_k2_avg5 ]]; then log "no HRT model: see hrt_k2.log"; exit 1; fi
 tar czf "$OUT_DIR/hrt_k2_avg5.tgz" -C "$RUNS" hrt_k2_avg5
+fi
+
+if ! has_stage bench; then log done; exit 0; fi
+if [[ ! -d $RUNS/hrt_k2_avg5 ]]; then log "no HRT model in $RUNS: run the stage train first"; exit 1; fi
 
 # 2. The benches, nothing else running: fast_decoders_gpu.sh with the two models and no training.
 mkdir -p "$RUNS/models"

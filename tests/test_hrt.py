@@ -220,6 +220,20 @@ def test_an_old_vocabulary_is_extended_for_fine_tuning(tmp_path, tiny_config):
   assert len(fastmt.load(workdir).translate(['In the beginning'], algorithm='hrt')) == 1
 
 
+def test_stage_two_sizes_bound_the_padding():
+  """Every stage-I length 1..m has a branch at most 7 slots or a quarter of itself longer (the powers of two of
+  2026-11-26 padded a 17-token row to 32), the last branch is m, and the branches stay few for long caps."""
+  from fastmt.decoding import hrt as two_pass  # pylint: disable=g-import-not-at-top
+  for m in [*range(1, 70), 100, 128, 255, 256, 512]:
+    sizes = two_pass.stage_two_sizes(m)
+    assert sizes == sorted(set(sizes)) and sizes[-1] == m and sizes[0] >= 1
+    for n in range(1, m + 1):
+      bucket = next(size for size in sizes if size >= n)
+      assert bucket - n <= max(7, n // 4), (m, n, bucket)
+  assert two_pass.stage_two_sizes(32) == [8, 16, 24, 32]
+  assert len(two_pass.stage_two_sizes(512)) == 20
+
+
 @pytest.mark.parametrize('lengths', [[3, 1], [9, 20], [12, 5], [17, 5]])
 def test_stage_two_on_the_used_length_equals_the_full_pass(lengths):
   """fill_masks_bucketed runs stage II over the longest row's bucket only: the same tokens and scores as the
