@@ -58,13 +58,13 @@ if [[ ! -f $RUNS/kd/manifest.json ]]; then
   cp "$CARRY/kd/spm.model" "$RUNS/kd/"
   cp "$CARRY/kd/manifest.json" "$RUNS/kd/"  # last: a manifest means a complete copy
 fi
-log "start: HRT k=2 fine-tuned from $CARRY/models/at_raw_avg5 for $STEPS steps, mixed distillation"
 
 has_stage() { [[ " ${STAGES:-train bench} " == *" $1 "* ]]; }
 
 # 1. The fine-tuning: benchmarks/hrt.sh's row, its average of the last 5 checkpoints stored in bfloat16 (what
 #    comes back, and what both machines bench). A finished run is only averaged (train.py resumes at its end).
 if has_stage train; then
+log "start: HRT k=2 fine-tuned from $CARRY/models/at_raw_avg5 for $STEPS steps, mixed distillation"
 AVG_DTYPE=bfloat16 STEPS=$STEPS AT=$CARRY/models/at_raw_avg5 KD=$RUNS/kd RUNS=$RUNS ROWS="hrt_k2:k2:mixed:ft" \
   STAGES=students timeout "${TRAIN_LIMIT:-330}" bash benchmarks/hrt.sh > "$RUNS/hrt_k2.log" 2>&1
 log "hrt_k2 rc $? ($(grep -c . "$RUNS/hrt_k2/train_history.jsonl" 2>/dev/null) history lines)"
