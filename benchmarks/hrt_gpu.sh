@@ -3,7 +3,8 @@
 # AT with mixed distillation) from an AT model trained on the CPU, in one device session: HRT k=2 is fine-tuned on
 # the lent GPU from the carried AT model, with mixed distillation, for as many steps as AT trained (the recipe of
 # docs/BENCHMARKS.md section 6 that met the quality bar: 2,400 steps, 2 h 40 min on 2 CPU cores), then both are
-# timed side by side with benchmarks/fast_decoders_gpu.sh's benches (AT and HRT at batch 1 and 32, then 8), and
+# timed side by side with benchmarks/fast_decoders_gpu.sh's benches (AT and HRT at batch 1 and 32, then 8)
+# and split by benchmarks/hrt_cost.py (encoder, stage I, stage II at batch 1), and
 # the HRT model comes back in bfloat16, so that the CPU benches the very same weights.
 #
 # Here, first (a distillation of the training sources by the AT model, then the folder the device run carries):
@@ -44,7 +45,7 @@ RUNS=${RUNS:-runs/hrt_gpu_run}
 STEPS=${STEPS:-2400}
 export FASTMT_CACHE=$CARRY  # the carried corpus: $CARRY/tfds
 export BENCH_FLAGS=${BENCH_FLAGS:---limit 300 --large_batch_sentences 300}
-OUT_DIR=${OUT_DIR:-$RUNS/out}  # what the device run brings back (5 files; the device tool takes 8)
+OUT_DIR=${OUT_DIR:-$RUNS/out}  # what the device run brings back (6 files; the device tool takes 8)
 # No validation BLEU during the fine-tuning (a compile and a decode of its own): the benches score the model.
 export EXTRA="--config.eval_bleu_sentences=0 ${EXTRA:-}"
 mkdir -p "$RUNS/kd" "$OUT_DIR"
@@ -88,4 +89,13 @@ MODELS_FROM=$RUNS/models RUNS=$RUNS/bench KD_FROM=raw IB_ROWS= DRAFTER= TABLE_ME
 log "benches rc $?"
 (cd "$RUNS/bench" && tar czf "$OUT_DIR/export.tgz" export $(ls eval_*.log 2>/dev/null))
 cat "$RUNS/bench/export/progress.txt" >> "$OUT_DIR/progress.txt"
+
+# 3. Where a batch-1 sentence's time goes on this machine (the encoder, stage I, stage II: what the decoder calls
+#    alone do not explain; on the H200 of 2026-11-27 half the calls gave 1.24x), if the deadline leaves time.
+left=$(( ${DEADLINE:-540} - SECONDS - 5 ))
+if (( left > 30 )); then
+  timeout "$left" $PY benchmarks/hrt_cost.py --at "$CARRY/models/at_raw_avg5" --hrt "$RUNS/hrt_k2_avg5" \
+    --sentences 100 --output "$OUT_DIR/hrt_cost.json" > "$RUNS/hrt_cost.log" 2>&1
+  log "hrt_cost rc $?"
+fi
 log done
