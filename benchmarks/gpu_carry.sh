@@ -10,7 +10,7 @@
 #                                  read the test and validation splits only; with TRAIN_SPLIT=1 the training
 #                                  split too (18 MiB for en_de), for a fine-tuning on the GPU
 #   .gpu_carry/kd/                 with KD=DIR, that distillation (fastmt.distill's output directory, its
-#                                  targets gzipped: 0.4 of their size), for a fine-tuning on distilled targets
+#                                  targets gzipped: 0.3 of their size), for a fine-tuning on distilled targets
 #   .whl/                          the wheels the GPU image lacks (the device tool's README: Python 3.12)
 # Training on the GPU took most of the earlier runs' device time (docs/BENCHMARKS.md section 10: 340 of 540 s on
 # an H200, no speed figure reached); with the models carried, the whole run goes to the benches.
@@ -69,6 +69,7 @@ done
 if [[ -n ${KD:-} ]]; then  # a finished distillation only: an unfinished one would fail the fine-tuning there
   $PY -c "import json,sys; m=json.load(open(sys.argv[1])); sys.exit(m['done'] != m['sources'])" "$KD/manifest.json" \
     || { echo "$KD is not a finished distillation" >&2; exit 1; }
+  rm -rf "$CARRY/kd"  # never an earlier distillation's leftovers
   mkdir -p "$CARRY/kd"
   cp "$KD/manifest.json" "$KD/spm.model" "$CARRY/kd/"
   gzip -c "$KD/distilled.txt" > "$CARRY/kd/distilled.txt.gz"

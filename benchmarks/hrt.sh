@@ -63,6 +63,7 @@ train_row() {  # train_row NAME CONFIG_ARG TARGETS INIT
   if [[ $SHAPE != quickstart ]]; then arg="$arg,$SHAPE"; fi
   # shellcheck disable=SC2046
   $PY train.py --config "configs/hrt.py:$arg" --workdir "$RUNS/$name" "${flags[@]}" $(training_flags "$STEPS")
+  rm -rf "$RUNS/${name}_avg5.tmp"  # an averaging cut short (a killed run) leaves one; the averager refuses it
   $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp" \
     --dtype "${AVG_DTYPE:-float32}"
   mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"

@@ -10,20 +10,29 @@
 # Here, first (a distillation of the training sources by the AT model, then the folder the device run carries):
 #   python -m fastmt.distill --teacher runs/quickstart --output_dir runs/hrt_gpu/kd_greedy --beam_size 1 --batch_size 64
 #   ROWS="at_raw=runs/quickstart" TRAIN_SPLIT=1 KD=runs/hrt_gpu/kd_greedy bash benchmarks/gpu_carry.sh
-# The device run (carry: .gpu_carry and .whl); what comes back is in $OUT. On an H200 the fine-tuning took about
-# 330 s (one compile per training bucket length: the quickstart has ten; about 190 steps/s after) and the two
-# benches 333 s, more than one call's 600 s: two calls, the second within the warm machine's 30-s idle window
-# (its /tmp is kept), each with timeout_s 580:
+# The device run (carry: .gpu_carry and .whl); what comes back is in $OUT. On an H200 the fine-tuning and its
+# averaging took about 375 s (one compile per training bucket length: the quickstart has ten; then a median 164
+# steps/s over 50-step spans, checkpoint saves included) and the two benches 333 s: more than one call's 600 s
+# (with the machine's start, 776 of the session's 900 s of device time). So two calls, the second within the
+# warm machine's 30-s idle window (its /tmp is kept), its DEADLINE at most the budget left (the device tool's
+# status) less 20 s, as the tool cuts a call at the budget and the benches' export is packed at the end:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-#     .whl/*.whl && export PYTHONPATH=/tmp/site || exit; STAGES=train RUNS=/tmp/hrt_gpu OUT_DIR=$OUT TRAIN_LIMIT=540 \
-#     bash benchmarks/hrt_gpu.sh
-#   export PYTHONPATH=/tmp/site; STAGES=bench RUNS=/tmp/hrt_gpu OUT_DIR=$OUT DEADLINE=560 bash benchmarks/hrt_gpu.sh
-# (docs/BENCHMARKS.md section 6's run of 2026-11-27 was one call with the defaults, cut at TRAIN_LIMIT=330 s just
-# after its last step, then a second with TRAIN_LIMIT=150 DEADLINE=450, whose train.py found the run finished and
-# averaged it.)
-# Back here, with the files in DIR: the GPU table, then the same two models benched on this CPU:
-#   mkdir -p runs/hrt_gpu/back && tar xzf DIR/export.tgz -C runs/hrt_gpu/back && tar xzf DIR/hrt_k2_avg5.tgz -C runs/hrt_gpu
+#     .whl/*.whl && export PYTHONPATH=/tmp/site || exit; STAGES=train RUNS=/tmp/hrt_gpu OUT_DIR=$OUT TRAIN_LIMIT=450 \
+#     bash benchmarks/hrt_gpu.sh                                                      # timeout_s 480
+#   export PYTHONPATH=/tmp/site; STAGES=bench RUNS=/tmp/hrt_gpu OUT_DIR=$OUT DEADLINE=420 bash benchmarks/hrt_gpu.sh
+#                                                                                      # timeout_s 440
+# (hrt_cost.py, last, gets what the benches leave.) The run of 2026-11-27 (docs/BENCHMARKS.md section 6) was
+# one call with DEADLINE=530 and the default TRAIN_LIMIT of 330 s, which stopped just after the last step
+# before averaging, then a second with TRAIN_LIMIT=150 DEADLINE=450, whose train.py found the run finished
+# and averaged it before the benches: the figures are the same as the recipe above gives.
+# Back here, with the first call's files in DIR1 and the second's in DIR2: the GPU table, then the same two
+# models benched on this CPU:
+#   mkdir -p runs/hrt_gpu/back runs/hrt_gpu/models && tar xzf DIR2/export.tgz -C runs/hrt_gpu/back \
+#     && tar xzf DIR1/hrt_k2_avg5.tgz -C runs/hrt_gpu
 #   python benchmarks/hrt_table.py --runs runs/hrt_gpu/back/export --b32 table.results.json --b8 table_b8.results.json
+#   ln -sfn $PWD/.gpu_carry/models/at_raw_avg5 $PWD/runs/hrt_gpu/hrt_k2_avg5 runs/hrt_gpu/models/
+#   MODELS_FROM=runs/hrt_gpu/models FASTMT_CACHE=$PWD/.gpu_carry RUNS=runs/hrt_gpu/cpu KD_FROM=raw IB_ROWS= DRAFTER= \
+#     TABLE_METHODS=greedy,hrt bash benchmarks/fast_decoders_gpu.sh
 #
 # A smoke run on a CPU (a minute or two; the figures mean nothing):
 #   PY=.venv/bin/python RUNS=runs/hrt_gpu_smoke STEPS=20 BENCH_FLAGS="--limit 16 --speed_sentences 4 \
@@ -83,6 +92,7 @@ mkdir -p "$RUNS/models"
 ln -sfn "$CARRY/models/at_raw_avg5" "$RUNS/models/at_raw_avg5"
 ln -sfn "$(realpath "$RUNS/hrt_k2_avg5")" "$RUNS/models/hrt_k2_avg5"
 bench_limit=$(( ${DEADLINE:-540} - SECONDS - 10 ))  # what the fine-tuning left, 10 s kept for packing
+if (( bench_limit < 30 )); then log "no time left for the benches ($bench_limit s): run STAGES=bench"; exit 1; fi
 log "benches: $bench_limit s"
 MODELS_FROM=$RUNS/models RUNS=$RUNS/bench KD_FROM=raw IB_ROWS= DRAFTER= TABLE_METHODS=greedy,hrt \
   timeout "$bench_limit" bash benchmarks/fast_decoders_gpu.sh

@@ -234,20 +234,23 @@ def test_stage_two_sizes_bound_the_padding():
   assert len(two_pass.stage_two_sizes(512)) == 20
 
 
-@pytest.mark.parametrize('lengths', [[3, 1], [9, 20], [12, 5], [17, 5]])
-def test_stage_two_on_the_used_length_equals_the_full_pass(lengths):
-  """fill_masks_bucketed runs stage II over the longest row's bucket only: the same tokens and scores as the
-  pass over every stage-I slot (masked slots never see PAD slots), on a random model."""
+@pytest.mark.parametrize('m, k, lengths', [(20, 2, [3, 1]), (20, 2, [9, 20]), (20, 2, [12, 5]), (20, 2, [17, 5]),
+                                          (40, 2, [17, 3]), (40, 3, [24, 0, 8]), (40, 3, [0, 0]), (7, 3, [7, 2])])
+def test_stage_two_on_the_used_length_equals_the_full_pass(m, k, lengths):
+  """fill_masks_bucketed runs stage II over the longest row's bucket only (for m = 40: 17 tokens in the branch
+  of 24, 24 in its own): the same tokens and scores as the pass over every stage-I slot (masked slots never
+  see PAD slots), on a random model; a row of 0 tokens is a padding row (beam search's)."""
   from conftest import model_step, random_model  # pylint: disable=g-import-not-at-top
   from fastmt import models  # pylint: disable=g-import-not-at-top
   from fastmt.decoding import hrt as two_pass  # pylint: disable=g-import-not-at-top
   model, params = random_model(3)
-  rng = np.random.default_rng(sum(lengths))
-  m, k, mask_id = 20, 2, 33
+  rng = np.random.default_rng(sum(lengths) + m + k)
+  mask_id = 33
   skip = np.zeros((len(lengths), m), np.int32)
   for row, n in enumerate(lengths):
-    skip[row, :n - 1] = rng.integers(4, 30, n - 1)
-    skip[row, n - 1] = EOS_ID
+    if n:
+      skip[row, :n - 1] = rng.integers(4, 30, n - 1)
+      skip[row, n - 1] = EOS_ID
   source = jnp.asarray(rng.integers(4, 30, (len(lengths), 6)))
   step_fn = model_step(model, params, source)
   cache = models.init_cache(model.config, len(lengths), m * k)
