@@ -37,6 +37,9 @@ demo: setup
 # decoder and shapes) in many processes and tests, and on 2 CPU cores compiling is much of their time. A program
 # is only reused where its computation, shapes, options and jax version are the same; runs/ is not committed.
 test notebooks: export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/runs/xla_cache
+# At most 512 MiB of it, the least recently used programs evicted first (a test run writes about 10 MiB; runs of
+# benchmarks with the same cache directory add more).
+test notebooks: export JAX_COMPILATION_CACHE_MAX_SIZE ?= 536870912
 
 test: setup
 	$(PY) -m pytest -n logical --maxprocesses 8 --dist loadgroup tests

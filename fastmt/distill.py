@@ -13,6 +13,11 @@ Resumable: translations are appended a chunk at a time, each chunk flushed and f
 records it; a restarted run truncates anything past the recorded count (a chunk cut short by a kill) and
 continues with the next source, so no line is duplicated, lost or shifted. An empty source gives an empty
 line (counted); the student's data pipeline then skips that pair like any pair with an empty side.
+
+A teacher's output that reached its length cap without EOS (a model repeating itself: 265 of 51,766 greedy
+translations by the quickstart model) is written like any other, and its line number (from 0) goes into the
+manifest's `outputs_at_cap`; a student trains on its reference target there instead (counted in its log), so
+it never learns to run on from its teacher's failures.
 """
 
 import dataclasses
@@ -27,8 +32,8 @@ from absl import flags, logging as absl_logging
 from fastmt import cli, workdir as workdir_lib
 from fastmt.decode_lib import one_line
 from fastmt.data import corpus
-from fastmt.data.distilled import (DISTILLED_FILE, MANIFEST_FILE, check_same_vocabulary, file_fingerprint,
-                                   fingerprint, load_distilled_targets)  # noqa: F401 (re-exported)
+from fastmt.data.distilled import (DISTILLED_FILE, MANIFEST_FILE, OUTPUTS_AT_CAP, check_same_vocabulary,  # noqa: F401
+                                   file_fingerprint, fingerprint, load_distilled_targets)  # (re-exported)
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, Translator
 
@@ -40,6 +45,7 @@ class DistillResult:
   total: int  # lines in the distilled file now
   empty_sources: int
   seconds: float
+  outputs_at_cap: int = 0  # lines in the distilled file now whose translation reached the cap without EOS
 
 
 def check_arguments(teacher_workdir: str, output_dir: str, chunk_sentences: int,
@@ -73,6 +79,7 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
               'sources': len(sources), 'sources_fingerprint': fingerprint(sources)}
   os.makedirs(output_dir, exist_ok=True)
   done = _resume_point(output_dir, manifest)
+  at_cap = [] if done == 0 else [i for i in _saved_at_cap(output_dir) if i < done]
   shutil.copyfile(teacher_spm, os.path.join(output_dir, workdir_lib.TOKENIZER_FILE))
   translator = Translator(model_config, params, workdir_lib.load_tokenizer(teacher_workdir), settings,
                           objective=workdir_lib.load_objective(teacher_workdir),
@@ -82,17 +89,25 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
   with open(os.path.join(output_dir, DISTILLED_FILE), 'a', encoding='utf-8') as out:
     while done < len(sources) and (max_chunks is None or chunks < max_chunks):
       chunk = sources[done:done + chunk_sentences]
-      hypotheses, stats = translator.translate(chunk, batch_size)
+      chunk_at_cap = []
+      hypotheses, stats = translator.translate(chunk, batch_size, lines_at_cap=chunk_at_cap)
       out.writelines(one_line(h) + '\n' for h in hypotheses)  # line i stays source i's
       out.flush()
       os.fsync(out.fileno())
+      at_cap += sorted(done + line - 1 for line in chunk_at_cap)  # the chunk's line numbers count from 1
       done += len(chunk)
       written += len(chunk)
       empty += stats.empty_inputs
       chunks += 1
-      _write_manifest(output_dir, {**manifest, 'done': done})
+      _write_manifest(output_dir, {**manifest, 'done': done, OUTPUTS_AT_CAP: at_cap})
       log(f'distilled {done}/{len(sources)} sentences ({time.perf_counter() - start:.0f} s)')
-  return DistillResult(written, done, empty, time.perf_counter() - start)
+  return DistillResult(written, done, empty, time.perf_counter() - start, len(at_cap))
+
+
+def _saved_at_cap(output_dir: str) -> list[int]:
+  """The recorded outputs at the cap of the distillation being resumed ([] for one from before the field)."""
+  with open(os.path.join(output_dir, MANIFEST_FILE)) as f:
+    return [int(i) for i in json.load(f).get(OUTPUTS_AT_CAP, [])]
 
 
 def _with_new_defaults(settings: dict) -> dict:
@@ -182,7 +197,8 @@ def main(argv):
   result = distill(FLAGS.teacher, sources, FLAGS.output_dir, settings, FLAGS.batch_size, FLAGS.chunk_sentences,
                    FLAGS.student_workdir, log=print, checkpoint=FLAGS.checkpoint)
   print(f'{result.total}/{len(sources)} sentences distilled into {FLAGS.output_dir} '
-        f'({result.translated} now, {result.empty_sources} empty sources, {result.seconds:.0f} s)')
+        f'({result.translated} now, {result.empty_sources} empty sources, {result.seconds:.0f} s; '
+        f'{result.outputs_at_cap} reached the output cap without EOS: their students train on the references)')
 
 
 def run():

@@ -470,12 +470,13 @@ class Translator:
                                             self.draft_table, self.output_projection, self.drafter, recent))
 
   def _decode_chunk(self, texts, batch_size: int, stats: TranslationStats, first_line: int,
-                    recent: list | None = None, lines_at_cap: list | None = None) -> Iterator[dict]:
+                    recent: list | None = None, lines_at_cap: list | None = None,
+                    every_line_at_cap: list | None = None) -> Iterator[dict]:
     """Decodes a chunk of lines; after every batch yields {index in chunk: output ids} of what finished.
 
     recent: [int32 [ngram_memory]] (a one-item list, updated in place after every batch) where the decoder
     drafts from earlier outputs, else None. lines_at_cap: the input line numbers of outputs at the cap are
-    added to it (the first _LINES_AT_CAP_NAMED of the call), for the warning.
+    added to it (the first _LINES_AT_CAP_NAMED of the call), for the warning; every_line_at_cap: all of them.
     """
     for i, t in enumerate(texts):
       if not isinstance(t, str):
@@ -503,9 +504,11 @@ class Translator:
       stats.loop_iterations += int(result.loop_iterations)
       at_cap = ~(tokens == EOS_ID).any(-1)
       stats.outputs_at_cap += int(at_cap.sum())
+      cut_lines = sorted(first_line + nonempty[i] for i, cut in zip(indices, at_cap) if cut)
       if lines_at_cap is not None and len(lines_at_cap) < _LINES_AT_CAP_NAMED:
-        lines_at_cap.extend(sorted(first_line + nonempty[i] for i, cut in zip(indices, at_cap) if cut)
-                            [:_LINES_AT_CAP_NAMED - len(lines_at_cap)])
+        lines_at_cap.extend(cut_lines[:_LINES_AT_CAP_NAMED - len(lines_at_cap)])
+      if every_line_at_cap is not None:
+        every_line_at_cap.extend(cut_lines)
       stats.output_tokens += int(((tokens != PAD_ID) & (tokens != EOS_ID)).sum())
       finished = {}
       for i, row in zip(indices, tokens):
@@ -516,21 +519,24 @@ class Translator:
       yield finished
 
   def iter_ids(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
-               chunk_sentences: int = 4096) -> Iterator[np.ndarray]:
+               chunk_sentences: int = 4096, lines_at_cap: list | None = None) -> Iterator[np.ndarray]:
     """Output ids per input line (without EOS; empty for a blank line), in input order, as they finish.
 
     Reads chunk_sentences lines at a time: memory holds one chunk's tensors, whatever the input's size.
     With --drafter ngram and ngram_memory, the drafts also come from the outputs of this stream's earlier
     batches (a fresh memory per call: one call's speed never depends on what an earlier call translated).
+    lines_at_cap: if a list, the input line numbers (from 1) of every output that reached the output cap
+    without EOS are added to it, in no particular order (fastmt.distill keeps them out of a student's targets).
     """
     stats = _stats_or_new(stats)
     lines = iter(texts)
     first_line = 1
     recent = [np.full((self.recent_size,), PAD_ID, np.int32)] if self.recent_size else None
-    at_cap_before, lines_at_cap = stats.outputs_at_cap, []  # the warning is this call's (stats may add up calls)
+    at_cap_before, named_at_cap = stats.outputs_at_cap, []  # the warning is this call's (stats may add up calls)
     while chunk := list(itertools.islice(lines, chunk_sentences)):
       ready, next_index = {}, 0
-      for finished in self._decode_chunk(chunk, batch_size, stats, first_line, recent, lines_at_cap):
+      for finished in self._decode_chunk(chunk, batch_size, stats, first_line, recent, named_at_cap,
+                                         lines_at_cap):
         ready.update(finished)
         while next_index in ready:
           yield ready.pop(next_index)
@@ -538,7 +544,7 @@ class Translator:
       first_line += len(chunk)
     at_cap = stats.outputs_at_cap - at_cap_before
     if at_cap:
-      named = sorted(lines_at_cap)
+      named = sorted(named_at_cap)
       more = ', ...' if at_cap > len(named) else ''
       logging.warning(OUTPUT_CAP_WARNING, at_cap, 's' * (at_cap > 1), 's' * (at_cap > 1),
                       ', '.join(map(str, named)), more)
@@ -549,14 +555,17 @@ class Translator:
     for ids in self.iter_ids(texts, batch_size, stats, chunk_sentences):
       yield self.tokenizer.decode([ids])[0]
 
-  def translate_ids(self, texts: list[str], batch_size: int = 32, stats: TranslationStats | None = None):
+  def translate_ids(self, texts: list[str], batch_size: int = 32, stats: TranslationStats | None = None,
+                    lines_at_cap: list | None = None):
     """(output ids per input, statistics): the ids up to EOS, without it; empty for empty inputs. `stats`
-    (new if None) is added to."""
+    (new if None) is added to; lines_at_cap as in iter_ids."""
     stats = _stats_or_new(stats)
-    return list(self.iter_ids(texts, batch_size, stats, chunk_sentences=max(1, len(texts)))), stats
+    return list(self.iter_ids(texts, batch_size, stats, chunk_sentences=max(1, len(texts)),
+                              lines_at_cap=lines_at_cap)), stats
 
-  def translate(self, texts: list[str], batch_size: int = 32,
-                stats: TranslationStats | None = None) -> tuple[list[str], TranslationStats]:
-    """Translations in input order; an empty (or blank) line gives an empty line without decoding."""
-    ids, stats = self.translate_ids(texts, batch_size, stats)
+  def translate(self, texts: list[str], batch_size: int = 32, stats: TranslationStats | None = None,
+                lines_at_cap: list | None = None) -> tuple[list[str], TranslationStats]:
+    """Translations in input order; an empty (or blank) line gives an empty line without decoding.
+    lines_at_cap as in iter_ids."""
+    ids, stats = self.translate_ids(texts, batch_size, stats, lines_at_cap)
     return self.tokenizer.decode(ids), stats

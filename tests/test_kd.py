@@ -14,7 +14,7 @@ import pytest
 
 from conftest import DATA
 from fastmt import checkpoint_average, decode_lib, distill, precision, workdir as workdir_lib
-from fastmt.data import batching, corpus, pipeline
+from fastmt.data import batching, corpus, distilled, pipeline
 from fastmt.translate import DecodeSettings
 
 
@@ -174,7 +174,7 @@ def test_a_student_with_another_vocabulary_is_refused_before_decoding(trained_wo
     distill.distill(trained_workdir, sources, str(tmp_path / 'kd'), student_workdir=str(student))
 
 
-def test_training_on_distilled_data_uses_the_teachers_vocabulary(trained_workdir, tiny_config, tmp_path):
+def test_training_on_distilled_data_uses_the_teachers_vocabulary(trained_workdir, tiny_config, tmp_path, caplog):
   train_sources = corpus.load_split(tiny_config.dataset, 'train').sources
   kd = str(tmp_path / 'kd')
   distill.distill(trained_workdir, train_sources, kd, DecodeSettings('greedy'), batch_size=32,
@@ -184,11 +184,14 @@ def test_training_on_distilled_data_uses_the_teachers_vocabulary(trained_workdir
   references = corpus.load_split(tiny_config.dataset, 'train').targets
   with open(os.path.join(kd, distill.DISTILLED_FILE), 'w', encoding='utf-8') as f:
     f.writelines(t + '\n' for t in references)
+  manifest = json.load(open(os.path.join(kd, distill.MANIFEST_FILE)))
+  json.dump({**manifest, distill.OUTPUTS_AT_CAP: [0, 2]}, open(os.path.join(kd, distill.MANIFEST_FILE), 'w'))
   config = copy.deepcopy(tiny_config)
   config.dataset.distilled_dir = kd
   config.dataset.p_raw = 0.5
   student = str(tmp_path / 'student')
   data = pipeline.load_training_data(config, student)
+  assert f'2 of {len(references)} distilled targets reached the teacher\'s output cap' in caplog.text
   assert open(os.path.join(student, workdir_lib.TOKENIZER_FILE), 'rb').read() == open(
       os.path.join(trained_workdir, workdir_lib.TOKENIZER_FILE), 'rb').read()
   assert data.train_batches.distilled_ids is not None and data.train_batches.p_raw == 0.5
@@ -280,3 +283,55 @@ def test_a_distillation_recorded_before_new_decoding_options_still_resumes():
          'output_length_ratio': 2.0, 'jacobi_init': 'pad'}  # a manifest of 2026-11-22
   assert distill._with_new_defaults(old) == dataclasses.asdict(DecodeSettings('beam', beam_size=4))
   assert distill._with_new_defaults({**old, 'beam_size': 2}) != dataclasses.asdict(DecodeSettings('beam'))
+
+
+class _RunOnTranslator:
+  """A teacher whose every translation of a line containing 'God' runs on to the cap (it says so through
+  lines_at_cap, as Translator does): distill's bookkeeping over chunks and resumption, on known lines."""
+
+  def __init__(self, *args, **kwargs):
+    del args, kwargs
+
+  def translate(self, texts, batch_size, lines_at_cap=None):
+    del batch_size
+    from fastmt.translate import TranslationStats  # pylint: disable=g-import-not-at-top
+    lines_at_cap.extend(i + 1 for i, text in reversed(list(enumerate(texts))) if 'God' in text)  # any order
+    return [text.upper() for text in texts], TranslationStats(empty_inputs=sum(not text for text in texts))
+
+
+def test_distillation_records_the_outputs_at_the_cap_and_students_train_on_references_there(
+    trained_workdir, sources, tmp_path, monkeypatch):
+  """The manifest names the lines (from 0) whose translation reached the cap, over chunks of 8; a resumed
+  distillation the same ones; a student's targets are the references there, counted."""
+  monkeypatch.setattr(distill, 'Translator', _RunOnTranslator)
+  settings = DecodeSettings('greedy')
+  expected = [i for i, line in enumerate(sources) if 'God' in line]
+  assert 0 < len(expected) < len(sources) - 1 and max(expected) >= 8  # lines past the first chunk too
+  full = str(tmp_path / 'full')
+  result = distill.distill(trained_workdir, sources, full, settings, batch_size=4, chunk_sentences=8)
+  manifest = json.load(open(os.path.join(full, distill.MANIFEST_FILE)))
+  assert manifest[distill.OUTPUTS_AT_CAP] == expected and result.outputs_at_cap == len(expected)
+
+  part = str(tmp_path / 'part')
+  distill.distill(trained_workdir, sources, part, settings, batch_size=4, chunk_sentences=8, max_chunks=1)
+  resumed = distill.distill(trained_workdir, sources, part, settings, batch_size=4, chunk_sentences=8)
+  assert json.load(open(os.path.join(part, distill.MANIFEST_FILE)))[distill.OUTPUTS_AT_CAP] == expected
+  assert resumed.outputs_at_cap == len(expected)
+
+  references = [f'reference {i}' for i in range(len(sources))]
+  distilled_lines = distill.load_distilled_targets(full, sources)
+  targets, replaced = distilled.student_targets(full, sources, references)
+  assert replaced == len(expected)
+  assert targets == [references[i] if i in expected else line for i, line in enumerate(distilled_lines)]
+
+  # A manifest from before the field: no line is replaced. One naming a line it does not have: an error.
+  for value, error in ((None, None), ([len(sources)], 'outside')):
+    changed = {k: v for k, v in manifest.items() if k != distill.OUTPUTS_AT_CAP}
+    if value is not None:
+      changed[distill.OUTPUTS_AT_CAP] = value
+    json.dump(changed, open(os.path.join(full, distill.MANIFEST_FILE), 'w'))
+    if error:
+      with pytest.raises(ValueError, match=error):
+        distilled.student_targets(full, sources, references)
+    else:
+      assert distilled.student_targets(full, sources, references) == (distilled_lines, 0)

@@ -441,8 +441,10 @@ def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):
   """The tiny model repeats itself: at a cap of 9 tokens its outputs stop there; the warning says where."""
   translator = Translator(*model_parts, DecodeSettings(output_length_ratio=0.01))
   texts = ['', 'God', '', 'And God said, Let there be light.', 'And the evening and the morning were the first day.']
-  ids, stats = translator.translate_ids(texts, batch_size=2)
+  every_line = []  # what fastmt.distill asks for: every line at the cap (the warning names the first 10)
+  ids, stats = translator.translate_ids(texts, batch_size=2, lines_at_cap=every_line)
   at_cap = [i + 1 for i, out in enumerate(ids) if len(out) == 9]  # 9 tokens, no EOS: the cap
+  assert sorted(every_line) == at_cap
   named = f'input line{"s" * (len(at_cap) > 1)} {", ".join(map(str, at_cap))})'
   assert at_cap and stats.outputs_at_cap == len(at_cap) and f'{len(at_cap)} outputs reached' in caplog.text
   assert named in caplog.text

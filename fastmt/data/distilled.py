@@ -14,6 +14,8 @@ from fastmt.workdir import TOKENIZER_FILE
 
 DISTILLED_FILE = 'distilled.txt'
 MANIFEST_FILE = 'manifest.json'
+# The manifest's list of line numbers (from 0) whose translation reached the teacher's output cap without EOS.
+OUTPUTS_AT_CAP = 'outputs_at_cap'
 
 
 def fingerprint(lines) -> str:
@@ -59,3 +61,19 @@ def load_distilled_targets(distilled_dir: str, sources: list[str], split: str = 
   if len(targets) != len(sources):
     raise FastmtError(f'{distilled_dir}/{DISTILLED_FILE} has {len(targets)} lines for {len(sources)} sources')
   return targets
+
+
+def student_targets(distilled_dir: str, sources: list[str], references: list[str],
+                    split: str = 'train') -> tuple[list[str], int]:
+  """(the distilled targets a student trains on, how many of them are references): load_distilled_targets,
+  with the reference target wherever the teacher's translation reached its output cap without EOS (the
+  manifest's OUTPUTS_AT_CAP; none is recorded by distillations from before 2026-11-27)."""
+  targets = load_distilled_targets(distilled_dir, sources, split)
+  with open(os.path.join(distilled_dir, MANIFEST_FILE)) as f:
+    at_cap = sorted({int(i) for i in json.load(f).get(OUTPUTS_AT_CAP, [])})
+  if at_cap and not 0 <= at_cap[0] <= at_cap[-1] < len(targets):
+    raise FastmtError(f'{distilled_dir}/{MANIFEST_FILE}: {OUTPUTS_AT_CAP} names lines outside its '
+                      f'{len(targets)} sources')
+  for i in at_cap:
+    targets[i] = references[i]
+  return targets, len(at_cap)

@@ -131,8 +131,12 @@ def load_training_data(config, workdir: str, batch_multiple: int = 1) -> Trainin
   max_length = config.model.max_length
   distilled_ids = None
   if config.dataset.get('distilled_dir'):
-    distilled_ids = tokenizer.encode(distilled.load_distilled_targets(config.dataset.distilled_dir, train.sources,
-                                                                   train_split))
+    targets, references = distilled.student_targets(config.dataset.distilled_dir, train.sources, train.targets,
+                                                    train_split)
+    if references:  # the teacher ran on to its cap there: a student must not learn that
+      logging.warning('%d of %d distilled targets reached the teacher\'s output cap without EOS: those pairs '
+                      'train on their reference targets', references, len(targets))
+    distilled_ids = tokenizer.encode(targets)
   source_ids, target_ids = tokenizer.encode(train.sources), tokenizer.encode(train.targets)
   _warn_of_unknown_pieces(source_ids, target_ids, tokenizer, config)
   src, tgt, kept_distilled, skipped = batching.prepare_pairs(source_ids, target_ids, max_length, distilled_ids)
