@@ -69,8 +69,12 @@ export EXTRA="--config.bucket_lengths=(32,64) --config.eval_bleu_sentences=0 ${E
 X=$RUNS/export
 mkdir -p "$X"
 log() { echo "[$(date +%T)] $*" >> "$X/progress.txt"; }
-log "start: teacher $TEACHER_STEPS steps (or ${KD_FROM:-no} KD_FROM), rows $STEPS steps, fine-tunings" \
-  "$FT_STEPS steps, $TOKENS tokens, $SHAPE"
+if [[ -n ${MODELS_FROM:-} ]]; then
+  log "start: the models of $MODELS_FROM, nothing trained"
+else
+  log "start: teacher $TEACHER_STEPS steps (or ${KD_FROM:-no} KD_FROM), rows $STEPS steps, fine-tunings" \
+    "$FT_STEPS steps, $TOKENS tokens, $SHAPE"
+fi
 
 if [[ -n ${MODELS_FROM:-} ]]; then  # trained elsewhere: link them in, train nothing
   mkdir -p "$RUNS"
