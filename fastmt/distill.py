@@ -16,8 +16,9 @@ line (counted); the student's data pipeline then skips that pair like any pair w
 
 A teacher's output that reached its length cap without EOS (a model repeating itself: 265 of 51,766 greedy
 translations by the quickstart model) is written like any other, and its line number (from 0) goes into the
-manifest's `outputs_at_cap`; a student trains on its reference target there instead (counted in its log), so
-it never learns to run on from its teacher's failures.
+manifest's `outputs_at_cap`; a student trains on its reference target there instead (counted in its log): no
+target it learns from is a repetition cut at a cap (two students with and without it ran on equally often:
+docs/BENCHMARKS.md section 4).
 """
 
 import dataclasses
