@@ -403,20 +403,30 @@ def _restore_newest_readable(manager, state, workdir: str, max_to_keep):
 def _initial_params(init_from: str, model_config: ModelConfig):
   """The parameters of another work directory's latest checkpoint (fine-tuning: a fresh optimiser, step 0).
 
-  A vocabulary extended with reserved symbols (pipeline.get_tokenizer) adds rows to the tied embedding,
-  initialised like the others; every other difference of model config is an error.
+  Two differences of model config are what fine-tuning into another objective needs, and are filled in:
+  - a vocabulary extended with reserved symbols (pipeline.get_tokenizer) adds rows to the tied embedding,
+    initialised like the others;
+  - direction embeddings the initial model lacks (an AT model fine-tuned into IMDecoder) start at zero, so
+    that the fine-tuned model starts as the initial one.
+  Every other difference is an error.
   """
   init_config = workdir_lib.load_model_config(init_from)
   grown = model_config.vocab_size - init_config.vocab_size
-  if grown > 0 and init_config.replace(vocab_size=model_config.vocab_size) == model_config:
-    params, _ = workdir_lib.restore_params(init_from, init_config, 'latest')
-    table = params['embed']['embedding']
-    rows = jax.random.normal(jax.random.PRNGKey(0), (grown, table.shape[1]), table.dtype) * table.shape[1]**-0.5
-    return {**params, 'embed': {**params['embed'], 'embedding': jnp.concatenate([table, rows])}}
-  if init_config != model_config:
+  adds_directions = model_config.num_directions > 0 and init_config.num_directions == 0
+  fillable = init_config.replace(vocab_size=model_config.vocab_size,
+                                 num_directions=model_config.num_directions if adds_directions else 0)
+  if grown < 0 or fillable != model_config:
     diff = {k: (v, getattr(model_config, k)) for k, v in init_config.__dict__.items() if getattr(model_config, k) != v}
     raise FastmtError(f'init_from {init_from} holds another model config; differing fields (there, here): {diff}')
   params, _ = workdir_lib.restore_params(init_from, init_config, 'latest')
+  if grown:
+    table = params['embed']['embedding']
+    rows = jax.random.normal(jax.random.PRNGKey(0), (grown, table.shape[1]), table.dtype) * table.shape[1]**-0.5
+    params = {**params, 'embed': {**params['embed'], 'embedding': jnp.concatenate([table, rows])}}
+  if adds_directions:
+    table = params['embed']['embedding']
+    params = {**params, 'direction_embed': {
+        'embedding': jnp.zeros((model_config.num_directions, table.shape[1]), table.dtype)}}
   return params
 
 

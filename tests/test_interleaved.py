@@ -297,6 +297,30 @@ def test_trained_interleaved_model_translates_with_ib_and_refuses_other_algorith
     fastmt.load(trained_workdir).translate(texts, algorithm='ib')
 
 
+def test_fine_tuning_an_at_model_into_ib_and_im(trained_workdir, tiny_config, tmp_path):
+  """An AT model fine-tunes into IBDecoder (the same parameters) and into IMDecoder, whose direction embeddings
+  it lacks: they start at zero, every other parameter as the AT model's, and the result translates with ib."""
+  import fastmt  # pylint: disable=g-import-not-at-top
+  from conftest import fine_tuning_config  # pylint: disable=g-import-not-at-top
+  from fastmt import train_lib, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  at_params, _ = workdir_lib.restore_params(trained_workdir, workdir_lib.load_model_config(trained_workdir), 'latest')
+  texts = ['In the beginning God created the heaven and the earth.', '']
+  for name, options in [('ib', dict(directions=2, words_per_direction=1)),
+                        ('im', dict(directions=4, words_per_direction=1, positions='step', direction_embeddings=True))]:
+    config = fine_tuning_config(tiny_config, trained_workdir, 'interleaved', 'interleaving', options, steps=2)
+    if name == 'im':
+      config.model.num_directions = 4
+      start = train_lib._initial_params(trained_workdir, workdir_lib.load_model_config(trained_workdir).replace(
+          num_directions=4))  # pylint: disable=protected-access
+      assert not np.any(start.pop('direction_embed')['embedding'])
+      jax.tree_util.tree_map(np.testing.assert_array_equal, start, at_params)
+    workdir = str(tmp_path / name)
+    train_lib.train_and_evaluate(config, workdir)
+    assert workdir_lib.load_objective_options(workdir)['directions'] == options['directions']
+    translations = fastmt.load(workdir).translate(texts, algorithm='ib')
+    assert len(translations) == 2 and translations[1] == ''
+
+
 @pytest.mark.xdist_group('interleaved_model')  # one worker trains the module's model (--dist loadgroup)
 def test_resuming_with_another_factorisation_is_an_error(interleaved_workdir):
   import ml_collections  # pylint: disable=g-import-not-at-top
