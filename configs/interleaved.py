@@ -4,6 +4,8 @@ the same Transformer, trained on a reordered target that z = h * c words per ste
     python train.py --config configs/interleaved.py:ib --workdir runs/ib          # IBDecoder, (h, c) = (2, 1)
     python train.py --config configs/interleaved.py:ib_sa --workdir runs/ib_sa    # IB+SA (2, 2)
     python train.py --config configs/interleaved.py:im,e6d1 --workdir runs/im     # IMDecoder (4, 1), student shape
+    python train.py --config configs/interleaved.py:ib --workdir runs/ib_ft --config.init_from=runs/at_kd \
+        --config.num_train_steps=1200                                # fine-tuned from an AT model
     python decode.py --workdir runs/ib --algorithm ib                 # greedy; --beam_size 4: Algorithm 1
 
 The first part of the argument picks the factorisation:
