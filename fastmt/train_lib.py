@@ -414,7 +414,8 @@ def _initial_params(init_from: str, model_config: ModelConfig):
   grown = model_config.vocab_size - init_config.vocab_size
   adds_directions = model_config.num_directions > 0 and init_config.num_directions == 0
   fillable = init_config.replace(vocab_size=model_config.vocab_size,
-                                 num_directions=model_config.num_directions if adds_directions else 0)
+                                 num_directions=model_config.num_directions if adds_directions
+                                 else init_config.num_directions)
   if grown < 0 or fillable != model_config:
     diff = {k: (v, getattr(model_config, k)) for k, v in init_config.__dict__.items() if getattr(model_config, k) != v}
     raise FastmtError(f'init_from {init_from} holds another model config; differing fields (there, here): {diff}')

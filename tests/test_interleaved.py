@@ -321,6 +321,29 @@ def test_fine_tuning_an_at_model_into_ib_and_im(trained_workdir, tiny_config, tm
     assert len(translations) == 2 and translations[1] == ''
 
 
+@pytest.mark.parametrize('there,here,vocab_there,allowed', [
+    (0, 0, 40, True), (0, 4, 40, True), (4, 4, 40, True), (0, 4, 36, True),  # same, directions added, vocab grown
+    (4, 0, 40, False), (4, 2, 40, False), (0, 0, 44, False)])  # directions dropped or changed, vocab shrunk
+def test_initial_params_fill_only_what_fine_tuning_adds(monkeypatch, there, here, vocab_there, allowed):
+  """init_from fills a grown vocabulary and direction embeddings an AT model lacks; a model with direction
+  embeddings fine-tunes into one with as many (IM -> IM), and every other difference is a clear error."""
+  from fastmt import train_lib, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  initial = tiny_model_config(num_directions=there, vocab_size=vocab_there)
+  params = random_model(0, initial)[1]
+  monkeypatch.setattr(workdir_lib, 'load_model_config', lambda _: initial)
+  monkeypatch.setattr(workdir_lib, 'restore_params', lambda *_: (params, 0))
+  target = tiny_model_config(num_directions=here)
+  if not allowed:
+    with pytest.raises(FastmtError, match='another model config'):
+      train_lib._initial_params('/somewhere', target)  # pylint: disable=protected-access
+    return
+  start = train_lib._initial_params('/somewhere', target)  # pylint: disable=protected-access
+  expected = jax.tree_util.tree_map(jnp.shape, random_model(0, target)[1])
+  assert jax.tree_util.tree_map(jnp.shape, start) == expected  # the new model's tree, leaf for leaf
+  if here and not there:
+    assert not np.any(start['direction_embed']['embedding'])
+
+
 @pytest.mark.xdist_group('interleaved_model')  # one worker trains the module's model (--dist loadgroup)
 def test_resuming_with_another_factorisation_is_an_error(interleaved_workdir):
   import ml_collections  # pylint: disable=g-import-not-at-top
