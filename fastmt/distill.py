@@ -34,7 +34,8 @@ from fastmt import cli, workdir as workdir_lib
 from fastmt.decode_lib import one_line
 from fastmt.data import corpus
 from fastmt.data.distilled import (DISTILLED_FILE, MANIFEST_FILE, OUTPUTS_AT_CAP, check_same_vocabulary,  # noqa: F401
-                                   file_fingerprint, fingerprint, load_distilled_targets)  # (re-exported)
+                                   file_fingerprint, fingerprint, load_distilled_targets,  # (re-exported)
+                                   recorded_outputs_at_cap)
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, Translator
 
@@ -80,7 +81,7 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
               'sources': len(sources), 'sources_fingerprint': fingerprint(sources)}
   os.makedirs(output_dir, exist_ok=True)
   done = _resume_point(output_dir, manifest)
-  at_cap = [] if done == 0 else [i for i in _saved_at_cap(output_dir) if i < done]
+  at_cap = [] if done == 0 else [i for i in recorded_outputs_at_cap(output_dir) if i < done]
   shutil.copyfile(teacher_spm, os.path.join(output_dir, workdir_lib.TOKENIZER_FILE))
   translator = Translator(model_config, params, workdir_lib.load_tokenizer(teacher_workdir), settings,
                           objective=workdir_lib.load_objective(teacher_workdir),
@@ -103,12 +104,6 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
       _write_manifest(output_dir, {**manifest, 'done': done, OUTPUTS_AT_CAP: at_cap})
       log(f'distilled {done}/{len(sources)} sentences ({time.perf_counter() - start:.0f} s)')
   return DistillResult(written, done, empty, time.perf_counter() - start, len(at_cap))
-
-
-def _saved_at_cap(output_dir: str) -> list[int]:
-  """The recorded outputs at the cap of the distillation being resumed ([] for one from before the field)."""
-  with open(os.path.join(output_dir, MANIFEST_FILE)) as f:
-    return [int(i) for i in json.load(f).get(OUTPUTS_AT_CAP, [])]
 
 
 def _with_new_defaults(settings: dict) -> dict:

@@ -63,14 +63,20 @@ def load_distilled_targets(distilled_dir: str, sources: list[str], split: str = 
   return targets
 
 
+def recorded_outputs_at_cap(distilled_dir: str) -> list[int]:
+  """The manifest's OUTPUTS_AT_CAP: line numbers (from 0), sorted, each once ([] for a distillation from
+  before 2026-11-27, which did not record them)."""
+  with open(os.path.join(distilled_dir, MANIFEST_FILE)) as f:
+    return sorted({int(i) for i in json.load(f).get(OUTPUTS_AT_CAP, [])})
+
+
 def student_targets(distilled_dir: str, sources: list[str], references: list[str],
                     split: str = 'train') -> tuple[list[str], int]:
   """(the distilled targets a student trains on, how many of them are references): load_distilled_targets,
   with the reference target wherever the teacher's translation reached its output cap without EOS (the
   manifest's OUTPUTS_AT_CAP; none is recorded by distillations from before 2026-11-27)."""
   targets = load_distilled_targets(distilled_dir, sources, split)
-  with open(os.path.join(distilled_dir, MANIFEST_FILE)) as f:
-    at_cap = sorted({int(i) for i in json.load(f).get(OUTPUTS_AT_CAP, [])})
+  at_cap = recorded_outputs_at_cap(distilled_dir)
   if at_cap and not 0 <= at_cap[0] <= at_cap[-1] < len(targets):
     raise FastmtError(f'{distilled_dir}/{MANIFEST_FILE}: {OUTPUTS_AT_CAP} names lines outside its '
                       f'{len(targets)} sources')
