@@ -58,6 +58,9 @@ class DecodeSettings:
   # never set by hand (decoding with another (h, c) than the model learnt would be meaningless).
   interleaving: Interleaving | None = None
   dedup_ngram: int = 0  # --algorithm ib: remove immediately repeated n-grams up to this n (0 = off; Figure 4)
+  # --algorithm ib: when a step ends a hypothesis. 'any' = Algorithm 1's (an EOS in any slot, whatever the other
+  # slots hold); 'layout' = only as a training target ends (words in the first slots, then EOS in the rest).
+  end_rule: str = 'any'
   chunk_size: int = 0  # --algorithm hrt: k; 0 = the model's (the only one it was trained for)
   nat_beam_size: int = 1  # --algorithm hrt: Skip-AT hypotheses that stage II fills (b_nat <= b_at = beam_size)
   hrt_symbols: tuple[int, int] | None = None  # (<mask>, <bos_k>) ids: resolved by Translator, never by hand

@@ -126,15 +126,17 @@ def natural_rows(lengths, max_length):
   return rows
 
 
+@pytest.mark.parametrize('end_rule', ['any', 'layout'])
 @pytest.mark.parametrize('h,c', [(1, 1), (2, 1), (1, 2), (2, 2), (4, 1)])
-def test_greedy_returns_the_oracle_sentence_and_each_row_stops_on_its_own(h, c):
+def test_greedy_returns_the_oracle_sentence_and_each_row_stops_on_its_own(h, c, end_rule):
   layout = layout_of(h, c)
   z, max_length = h * c, 20
   lengths = [0, 1, 3, 7, 12]
   natural = natural_rows(lengths, max_length)
   steps = layout.steps_for(max_length)
   reordered = order.reorder(layout, jnp.asarray(natural), jnp.asarray(lengths), steps)
-  out = interleaved_greedy(oracle_step(layout, reordered), stub_cache(5, steps * z), 5, max_length, layout)
+  out = interleaved_greedy(oracle_step(layout, reordered), stub_cache(5, steps * z), 5, max_length, layout,
+                           end_rule=end_rule)
   assert (np.asarray(out.tokens) == natural).all()
   assert np.asarray(out.decoder_calls).tolist() == [n // z + 1 for n in lengths]
   assert int(out.loop_iterations) == max(lengths) // z + 1
@@ -177,8 +179,73 @@ def test_prune_outer_sum_is_the_exact_top_b():
     assert [tuple(w) for w in np.asarray(got_words).tolist()] == [w for _, w in combos]
 
 
+def _layout_combinations(log_probs, k):
+  """Brute force: the k best combinations that end as a training target can (words, then only EOS), each
+  slot's words limited to its k best other than EOS (the search proposes no others), best first."""
+  z, vocab = log_probs.shape
+  candidates = [[w for w in np.argsort(-log_probs[j], kind='stable') if w != EOS_ID][:k] + [EOS_ID]
+                for j in range(z)]
+  combos = []
+  for words in itertools.product(*candidates):
+    first_eos = words.index(EOS_ID) if EOS_ID in words else z
+    if all(w == EOS_ID for w in words[first_eos:]):
+      combos.append((sum(log_probs[j, w] for j, w in enumerate(words)), tuple(int(w) for w in words)))
+  return sorted(combos, key=lambda c: -c[0])[:k]
+
+
+def test_prune_outer_sum_under_the_layout_end_rule_is_the_exact_top_b():
+  rng = np.random.default_rng(1)
+  for _ in range(60):
+    z, k, vocab = int(rng.integers(1, 5)), int(rng.integers(1, 4)), 6
+    log_probs = np.log(rng.dirichlet(np.full(vocab, 0.5), size=z)).astype(np.float32)
+    top = np.argsort(-log_probs, axis=-1, kind='stable')[:, :k + 1]  # k + 1, as interleaved_beam asks
+    got_scores, got_words = prune_outer_sum(jnp.asarray(np.take_along_axis(log_probs, top, -1)),
+                                            jnp.asarray(top, jnp.int32), k, jnp.asarray(log_probs[:, EOS_ID]))
+    expected = _layout_combinations(log_probs, k)
+    np.testing.assert_allclose(np.asarray(got_scores)[:len(expected)], [s for s, _ in expected], rtol=1e-5)
+    assert [tuple(w) for w in np.asarray(got_words)[:len(expected)].tolist()] == [w for _, w in expected]
+  # With leading dimensions [sentences, beams], as interleaved_beam calls it: each row on its own.
+  z, k, vocab = 3, 2, 6
+  log_probs = np.log(rng.dirichlet(np.full(vocab, 0.5), size=(2, 3, z))).astype(np.float32)
+  top = np.argsort(-log_probs, axis=-1, kind='stable')[..., :k + 1]
+  got_scores, got_words = prune_outer_sum(jnp.asarray(np.take_along_axis(log_probs, top, -1)),
+                                          jnp.asarray(top, jnp.int32), k, jnp.asarray(log_probs[..., EOS_ID]))
+  for row in itertools.product(range(2), range(3)):
+    expected = _layout_combinations(log_probs[row], k)
+    np.testing.assert_allclose(np.asarray(got_scores)[row], [s for s, _ in expected], rtol=1e-5)
+    assert [tuple(w) for w in np.asarray(got_words)[row].tolist()] == [w for _, w in expected]
+
+
+def test_layout_end_rule_never_ends_with_a_word_after_an_eos():
+  """Slot 0 says EOS (p .6), slot 1 a word (p .9): Algorithm 1 ends with [EOS, 7] and keeps 7 (the right-to-
+  left word); the layout rule weighs [EOS, EOS] (.6 x .1) against [5, EOS] (.4 x .1) and [5, 7] (.4 x .9)."""
+  layout = layout_of(2, 1)
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, directions=None):
+    rows = tokens.shape[0]
+    first = jnp.full((rows, 2, VOCAB), -30.0)
+    first = first.at[:, 0, EOS_ID].set(math.log(.6)).at[:, 0, 5].set(math.log(.4))
+    first = first.at[:, 1, 7].set(math.log(.9)).at[:, 1, EOS_ID].set(math.log(.1))
+    then = jnp.full((rows, 2, VOCAB), -30.0).at[:, :, EOS_ID].set(0.0)
+    return jnp.where((write_offsets == 0)[:, None, None], first, then), cache
+
+  paper = interleaved_greedy(step_fn, stub_cache(1, 8), 1, 8, layout)
+  assert np.asarray(paper.tokens)[0].tolist()[:2] == [7, EOS_ID]
+  for out in (interleaved_greedy(step_fn, stub_cache(1, 8), 1, 8, layout, end_rule='layout'),
+              interleaved_beam(step_fn, stub_cache(3, 8), 1, 3, 8, layout, alpha=0.0, end_rule='layout')):
+    assert np.asarray(out.tokens)[0].tolist()[:3] == [5, 7, EOS_ID]  # .36 beats .06 and .04
+  with pytest.raises(ValueError, match='end_rule'):
+    interleaved_greedy(step_fn, stub_cache(1, 8), 1, 8, layout, end_rule='first')
+  from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
+  with pytest.raises(FastmtError, match='end_rule'):
+    DecodeSettings('ib', end_rule='first')
+  assert registry.ignored_settings('greedy', ['end_rule'])  # said, not silently ignored
+
+
+@pytest.mark.parametrize('end_rule', ['any', 'layout'])
 @pytest.mark.parametrize('h,c,beam', [(2, 1, 2), (2, 1, 4), (2, 2, 3), (4, 1, 2)])
-def test_beam_finds_the_oracle_sentence(h, c, beam):
+def test_beam_finds_the_oracle_sentence(h, c, beam, end_rule):
   layout = layout_of(h, c)
   z, max_length = h * c, 16
   lengths = [0, 2, 5, 11]
@@ -187,7 +254,7 @@ def test_beam_finds_the_oracle_sentence(h, c, beam):
   reordered = order.reorder(layout, jnp.asarray(natural), jnp.asarray(lengths), steps)
   rows = np.repeat(np.asarray(reordered), beam, axis=0)
   out = interleaved_beam(oracle_step(layout, rows), stub_cache(4 * beam, steps * z), 4, beam, max_length, layout,
-                         row_caps=jnp.array([16, 16, 16, 0]))
+                         row_caps=jnp.array([16, 16, 16, 0]), end_rule=end_rule)
   tokens = np.asarray(out.tokens)
   assert (tokens[:3] == natural[:3]).all()
   assert (tokens[3] == PAD_ID).all()

@@ -28,7 +28,7 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-  from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
+  from fastmt.decoding import interleaved, registry  # pylint: disable=g-import-not-at-top
   flags.DEFINE_string('workdir', None, 'A train.py work directory (checkpoints, spm.model, model_config.json).')
   cli.define_checkpoint_flag()
   flags.DEFINE_string('input', '-', 'Source file, one sentence per line; - for stdin.')
@@ -46,6 +46,9 @@ def define_flags():
   flags.DEFINE_integer('nat_beam_size', 1, '--algorithm hrt: Skip-AT hypotheses (of --beam_size) that stage II fills.')
   flags.DEFINE_integer('dedup_ngram', 0, '--algorithm ib: remove immediately repeated n-grams up to this n '
                        '(the interleaved paper\'s optional deduplication; 0 = off).')
+  flags.DEFINE_enum('end_rule', 'any', list(interleaved.END_RULES), '--algorithm ib: which steps end a hypothesis. any = '
+                    'Algorithm 1\'s (an EOS in any slot); layout = only the combinations a training target ends '
+                    'with (words in the first slots, then EOS in every other; the paper leaves alternatives open).')
   flags.DEFINE_string('block_size', '3', 'Window width: Jacobi block size b (pgj, hgj); W of --algorithm spec, or '
                       'auto (spec: the fastest here of greedy and W = 2, 3, 4, each timed on the work directory\'s '
                       'validation sentences at --batch_size; the output is greedy\'s either way).')
@@ -137,7 +140,7 @@ def main(argv):
   settings = DecodeSettings(FLAGS.algorithm, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
                             block_size=block_size,
                             parallel_length=FLAGS.parallel_length,
-                            jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram,
+                            jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram, end_rule=FLAGS.end_rule,
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
                             drafter=FLAGS.drafter, ngram_memory=FLAGS.ngram_memory, ngram_pool=FLAGS.ngram_pool)
   _warn_of_unused_flags()

@@ -14,6 +14,11 @@ searches, each one `lax.while_loop`:
   its log-probability over a GNMT penalty of the t = steps * z words generated, Algorithm 1's s_t / t with
   the usual alpha), and the best finished hypothesis is put back in natural order.
 
+Both take end_rule: 'any' is Algorithm 1's end-of-hypothesis rule (any EOS in a step); 'layout' an alternative
+(the paper leaves them open): only the combinations a training target's last step can hold, words in the first
+slots then EOS in every later one (docs/BENCHMARKS.md section 5 measures it: it mends beam 4's short outputs,
+not its BLEU).
+
 Both return DecodeOutput in natural order (words, EOS, PAD), so translate.py treats them as any decoder.
 """
 
@@ -27,6 +32,22 @@ from fastmt.decoding import interleaving as order
 from fastmt.decoding.beam import _LOW, _gather_beams, _gather_cache, length_penalty, select_beams
 from fastmt.decoding.greedy import DecodeOutput, row_limits
 from fastmt.decoding.step import EOS_ID, PAD_ID, DecoderStepFn, best_tokens
+
+
+END_RULES = ('any', 'layout')
+
+
+def _check_end_rule(end_rule):
+  if end_rule not in END_RULES:
+    raise ValueError(f'end_rule must be one of {END_RULES}, got {end_rule!r}')
+
+
+def _best_layout_combination(logits):
+  """[R, z, V] -> int32 [R, z]: the most likely combination of words under the 'layout' end rule."""
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+  scores, words = jax.lax.top_k(log_probs, 2)  # the best word that is not EOS is among the top 2
+  _, combination = prune_outer_sum(scores, words.astype(jnp.int32), 1, log_probs[..., EOS_ID])
+  return combination[:, 0]
 
 
 def _check_cache(cache, layout: order.Interleaving, max_length: int) -> int:
@@ -70,12 +91,16 @@ class _GreedyState:
 
 
 def interleaved_greedy(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_length: int,
-                       layout: order.Interleaving, row_caps: jax.Array | None = None) -> DecodeOutput:
+                       layout: order.Interleaving, row_caps: jax.Array | None = None,
+                       end_rule: str = 'any') -> DecodeOutput:
   """Greedy interleaved decoding of up to max_length tokens (EOS included) per row, z words per call.
 
   layout must carry its start ids (Interleaving.with_start_ids). The cache needs ceil(max_length / z) * z
-  slots. A row's step cap is ceil(cap / z); its output is cut to its cap in natural order.
+  slots. A row's step cap is ceil(cap / z); its output is cut to its cap in natural order. end_rule 'any'
+  takes every slot's argmax (the paper); 'layout' the most likely combination a training target can end with
+  (interleaved_beam's rule, beam size 1).
   """
+  _check_end_rule(end_rule)
   z = layout.slots
   cache_length = _check_cache(cache, layout, max_length)
   num_steps = layout.steps_for(max_length)
@@ -90,7 +115,7 @@ def interleaved_greedy(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_
 
   def advance(state):
     logits, cache = _call(step_fn, layout, state.current, state.step, state.cache, cache_length)
-    words = best_tokens(logits)  # [B, z]
+    words = best_tokens(logits) if end_rule == 'any' else _best_layout_combination(logits)  # [B, z]
     words = jnp.where(state.done[:, None], PAD_ID, words)
     tokens = jax.lax.dynamic_update_slice_in_dim(state.tokens, words, state.step * z, axis=1)
     calls = state.calls + (~state.done).astype(jnp.int32)
@@ -101,25 +126,69 @@ def interleaved_greedy(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_
   return DecodeOutput(_natural_order(layout, state.tokens, caps, max_length), state.calls, state.step)
 
 
-def prune_outer_sum(slot_scores: jax.Array, slot_words: jax.Array, beam_size: int):
+def prune_outer_sum(slot_scores: jax.Array, slot_words: jax.Array, beam_size: int,
+                    eos_scores: jax.Array | None = None):
   """The beam_size best combinations of one word per slot (Algorithm 1, lines 10-14).
 
   Args:
     slot_scores: float [..., z, K] log-probabilities of each slot's top K words; slot_words: int [..., z, K].
+    eos_scores: float [..., z], each slot's log-probability of EOS, for the 'layout' end rule: only the
+      combinations a training target can end with are kept (words in the first slots, then EOS in every other
+      slot: the reordered layout fills the last step in slot order), and a slot after an EOS is scored by its
+      own EOS log-probability; exact when K >= beam_size + 1 (beam_size words other than EOS in every slot).
+      None = Algorithm 1's rule, every combination.
   Returns:
     scores [..., beam_size] (sums over the slots, best first), words int [..., beam_size, z].
   """
   z = slot_scores.shape[-2]
+  if eos_scores is not None:
+    return _prune_layout(slot_scores, slot_words, beam_size, eos_scores)
   scores = slot_scores[..., 0, :beam_size]
   words = slot_words[..., 0, :beam_size, None]
   for j in range(1, z):
-    sums = scores[..., :, None] + slot_scores[..., j, None, :]  # [..., K, K]
-    flat = sums.reshape(sums.shape[:-2] + (-1,))
-    scores, index = jax.lax.top_k(flat, min(beam_size, flat.shape[-1]))
-    width = slot_scores.shape[-1]
-    previous, new = index // width, index % width
-    words = jnp.concatenate([jnp.take_along_axis(words, previous[..., None], axis=-2),
-                             jnp.take_along_axis(slot_words[..., j, :], new, axis=-1)[..., None]], axis=-1)
+    scores, words = _extend(scores, words, slot_scores[..., j, :], slot_words[..., j, :], beam_size)
+  return scores, words
+
+
+def _extend(scores, words, new_scores, new_words, beam_size):
+  """The beam_size best of every prefix [..., P] (words [..., P, j]) followed by every word [..., K]."""
+  width = new_scores.shape[-1]
+  sums = scores[..., :, None] + new_scores[..., None, :]  # [..., P, K]
+  flat = sums.reshape(sums.shape[:-2] + (-1,))
+  scores, index = jax.lax.top_k(flat, min(beam_size, flat.shape[-1]))
+  previous, new = index // width, index % width
+  words = jnp.concatenate([jnp.take_along_axis(words, previous[..., None], axis=-2),
+                           jnp.take_along_axis(new_words, new, axis=-1)[..., None]], axis=-1)
+  return scores, words
+
+
+def _prune_layout(slot_scores, slot_words, beam_size, eos_scores):
+  """prune_outer_sum under the 'layout' end rule, exact: the best prefixes are kept in two groups, open (no
+  EOS yet: any word may follow) and ended (only EOS may follow), beam_size each; a combination in the final
+  top beam_size has every prefix in its group's top beam_size, since any open prefix takes the same suffix."""
+  z = slot_scores.shape[-2]
+  is_eos = slot_words == EOS_ID
+  open_scores_all = jnp.where(is_eos, _LOW, slot_scores)  # EOS moves a prefix to the ended group
+  eos_word = jnp.full(slot_words.shape[:-2] + (1, 1), EOS_ID, slot_words.dtype)
+  lead = slot_words.shape[:-2]
+  open_scores, open_words = _extend(jnp.zeros(lead + (1,), slot_scores.dtype),
+                                    jnp.zeros(lead + (1, 0), slot_words.dtype),
+                                    open_scores_all[..., 0, :], slot_words[..., 0, :], beam_size)
+  end_scores = jnp.concatenate([eos_scores[..., 0:1], jnp.full(lead + (beam_size - 1,), _LOW, eos_scores.dtype)],
+                               axis=-1)
+  end_words = jnp.full(lead + (beam_size, 1), EOS_ID, slot_words.dtype)
+  for j in range(1, z):
+    eos_j = eos_scores[..., j:j + 1]
+    # Ended after slot j: an open prefix closed here, or an ended one going on with EOS.
+    closing = jnp.concatenate([open_scores + eos_j, end_scores + eos_j], axis=-1)
+    closing_words = jnp.concatenate([open_words, end_words], axis=-2)
+    end_scores, pick = jax.lax.top_k(closing, beam_size)
+    end_words = jnp.concatenate([jnp.take_along_axis(closing_words, pick[..., None], axis=-2),
+                                 jnp.broadcast_to(eos_word, lead + (beam_size, 1))], axis=-1)
+    open_scores, open_words = _extend(open_scores, open_words, open_scores_all[..., j, :], slot_words[..., j, :],
+                                      beam_size)
+  scores, pick = jax.lax.top_k(jnp.concatenate([open_scores, end_scores], axis=-1), beam_size)
+  words = jnp.take_along_axis(jnp.concatenate([open_words, end_words], axis=-2), pick[..., None], axis=-2)
   return scores, words
 
 
@@ -137,8 +206,13 @@ class _BeamState:
 
 def interleaved_beam(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: int, max_length: int,
                      layout: order.Interleaving, alpha: float = 0.6,
-                     row_caps: jax.Array | None = None) -> DecodeOutput:
-  """Algorithm 1: beam search with z words per step; cache and step_fn on batch_size * beam_size rows."""
+                     row_caps: jax.Array | None = None, end_rule: str = 'any') -> DecodeOutput:
+  """Algorithm 1: beam search with z words per step; cache and step_fn on batch_size * beam_size rows.
+
+  end_rule: 'any' = Algorithm 1's (a combination with EOS in any slot ends the hypothesis); 'layout' = only
+  the combinations a training target ends with (see prune_outer_sum).
+  """
+  _check_end_rule(end_rule)
   n, k, z = batch_size, beam_size, layout.slots
   cache_length = _check_cache(cache, layout, max_length)
   num_steps = layout.steps_for(max_length)
@@ -162,9 +236,13 @@ def interleaved_beam(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_s
     # top_k on a 2-D view: on XLA:CPU a 4-D top_k feeding the pruning's gathers inside the loop compiles to a
     # path ~100x slower (300 ms a step at batch 32, vocabulary 8k; measured), the 2-D one does not.
     vocab = log_probs.shape[-1]
-    slot_scores, slot_words = jax.lax.top_k(log_probs.reshape(-1, vocab), k)
-    slot_scores, slot_words = slot_scores.reshape(n, k, z, k), slot_words.reshape(n, k, z, k)
-    step_scores, step_words = prune_outer_sum(slot_scores, slot_words.astype(jnp.int32), k)  # [n,k,k], [n,k,k,z]
+    # Under the 'layout' rule EOS leaves the open group, so one more word per slot keeps k words open.
+    width = k + (end_rule == 'layout')
+    slot_scores, slot_words = jax.lax.top_k(log_probs.reshape(-1, vocab), width)
+    slot_scores, slot_words = slot_scores.reshape(n, k, z, width), slot_words.reshape(n, k, z, width)
+    eos_scores = log_probs[..., EOS_ID] if end_rule == 'layout' else None
+    step_scores, step_words = prune_outer_sum(slot_scores, slot_words.astype(jnp.int32), k,
+                                              eos_scores)  # [n,k,k], [n,k,k,z]
     candidates = (state.live_scores[:, :, None] + step_scores).reshape(n, k * k)
     top_scores, top_ids = jax.lax.top_k(candidates, 2 * k)  # [n, 2k]
     top_beams = top_ids // k

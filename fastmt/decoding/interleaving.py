@@ -15,7 +15,9 @@ and EOS in every other slot, so that every reordered target contains at least on
 step. That is the end-of-hypothesis rule of Algorithm 1: a hypothesis is complete once any word of a step is
 EOS. The remaining words go to the segments in order (each takes up to 2c), and inside a segment to the
 left-to-right direction first (up to c). For IBDecoder this is Eq. 6 exactly: [y1 yn, y2 yn-1, ...], the
-left-to-right direction taking the middle word of an odd-length sentence, then EOS.
+left-to-right direction taking the middle word of an odd-length sentence, then EOS. Since slot j holds word
+j % c of direction j // c, the last step's words fill its first slots: it is words, then EOS in every later
+slot (the decoders' optional end_rule='layout' keeps to those combinations).
 
 Recovering the natural order needs no length: at the finishing step each direction keeps its words before
 its first EOS; a segment is its left-to-right words followed by its right-to-left words reversed.

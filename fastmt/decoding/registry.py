@@ -61,15 +61,18 @@ def _check_interleaved(settings):
   _check_beam(settings)
   if settings.dedup_ngram < 0:
     raise FastmtError(f'dedup_ngram must be >= 0 (0 = off), got {settings.dedup_ngram}')
+  if settings.end_rule not in interleaved.END_RULES:
+    raise FastmtError(f'end_rule must be one of {interleaved.END_RULES}, got {settings.end_rule!r}')
 
 
 def _interleaved(step_fn, cache, batch, max_len, s, _, caps):
   if s.interleaving is None:
     raise FastmtError('--algorithm ib needs the model\'s interleaving (h, c), read from its work directory')
   if s.beam_size == 1:
-    out = interleaved.interleaved_greedy(step_fn, cache, batch, max_len, s.interleaving, caps)
+    out = interleaved.interleaved_greedy(step_fn, cache, batch, max_len, s.interleaving, caps, s.end_rule)
   else:
-    out = interleaved.interleaved_beam(step_fn, cache, batch, s.beam_size, max_len, s.interleaving, s.alpha, caps)
+    out = interleaved.interleaved_beam(step_fn, cache, batch, s.beam_size, max_len, s.interleaving, s.alpha, caps,
+                                       s.end_rule)
   if s.dedup_ngram:
     out = out.replace(tokens=interleaved.dedup_repeats(out.tokens, s.dedup_ngram))
   return out
@@ -208,7 +211,7 @@ def get(name: str) -> Algorithm:
 
 _WHOLE_NUMBER_SETTINGS = ('beam_size', 'block_size', 'parallel_length', 'dedup_ngram', 'chunk_size', 'nat_beam_size',
                           'ngram_memory', 'ngram_pool')
-_NAME_SETTINGS = ('algorithm', 'jacobi_init', 'drafter')
+_NAME_SETTINGS = ('algorithm', 'jacobi_init', 'drafter', 'end_rule')
 
 
 def check_whole_number(name: str, value) -> None:
@@ -253,8 +256,8 @@ def validate(settings) -> None:
 # said (decode.py: a warning per flag; fastmt.api: a UserWarning), not silently ignored.
 SETTING_ALGORITHMS = {'beam_size': ('beam', 'ib', 'hrt'), 'alpha': ('beam', 'ib', 'hrt'),
                       'block_size': ('pgj', 'hgj', 'spec'), 'parallel_length': ('hgj',),
-                      'jacobi_init': ('pj', 'pgj', 'hgj', 'spec'), 'dedup_ngram': ('ib',), 'chunk_size': ('hrt',),
-                      'nat_beam_size': ('hrt',), 'drafter': ('spec',), 'ngram_memory': ('spec',),
+                      'jacobi_init': ('pj', 'pgj', 'hgj', 'spec'), 'dedup_ngram': ('ib',), 'end_rule': ('ib',),
+                      'chunk_size': ('hrt',), 'nat_beam_size': ('hrt',), 'drafter': ('spec',), 'ngram_memory': ('spec',),
                       'ngram_pool': ('spec',)}
 
 
