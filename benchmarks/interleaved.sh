@@ -19,7 +19,8 @@
 # (optimiser steps per row; 0 = the config's own), TOKENS (padded tokens per side per batch; 0 = the config's),
 # SHAPE (quickstart | e6d6 | e6d1 | e12d1), ROWS (names below), PARALLEL (1 = train the rows at once: a large GPU),
 # FT_STEPS (steps of a fine-tuned row; default STEPS / 2, or 1200), BASELINE (the row every other is measured
-# against; default at_kd), EXTRA (more --config overrides for every row), PY, BENCH_FLAGS (more fastmt.bench flags).
+# against; default at_kd), EXTRA (more --config overrides for every row), PY, BENCH_FLAGS (more fastmt.bench flags),
+# EVAL_DIR (where the eval stage writes its bench and table; default $RUNS/eval).
 set -euo pipefail
 # shellcheck source=benchmarks/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -34,6 +35,7 @@ BENCH_FLAGS=${BENCH_FLAGS:-}
 STAGES=${STAGES:-teacher distill students eval}
 FT_STEPS=${FT_STEPS:-$(( STEPS > 0 ? STEPS / 2 : 1200 ))}
 BASELINE=${BASELINE:-at_kd}
+EVAL_DIR=${EVAL_DIR:-$RUNS/eval}
 # name:factorisation:targets[:from] (configs/interleaved.py:<factorisation>; targets raw | kd; from: another
 # row, whose last checkpoint this row is fine-tuned from for FT_STEPS steps, with a fresh warm-up and decay; to
 # keep budgets equal, measure such a row against its initial row fine-tuned as long with its own objective, as
@@ -99,7 +101,7 @@ if has_stage eval; then
   done
   # shellcheck disable=SC2086
   $PY -m fastmt.bench --workdir "$RUNS/${BASELINE}_avg5" --split test --methods greedy,beam:4,ib,ib:4 \
-    --compare "$(IFS=,; echo "${compare[*]}")" --exactness_at_batch1=false --output_dir "$RUNS/eval" $BENCH_FLAGS
-  $PY benchmarks/interleaved_table.py --runs "$RUNS" --eval_dir "$RUNS/eval" --baseline "$BASELINE" \
-    | tee "$RUNS/eval/interleaved.md"
+    --compare "$(IFS=,; echo "${compare[*]}")" --exactness_at_batch1=false --output_dir "$EVAL_DIR" $BENCH_FLAGS
+  $PY benchmarks/interleaved_table.py --runs "$RUNS" --eval_dir "$EVAL_DIR" --baseline "$BASELINE" \
+    | tee "$EVAL_DIR/interleaved.md"
 fi
