@@ -396,7 +396,7 @@ def test_initial_params_fill_only_what_fine_tuning_adds(monkeypatch, there, here
   embeddings fine-tunes into one with as many (IM -> IM), and every other difference is a clear error."""
   from fastmt import train_lib, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   initial = tiny_model_config(num_directions=there, vocab_size=vocab_there)
-  params = random_model(0, initial)[1]
+  params = random_model(7, initial)[1]  # another seed than any fresh init here: a copy is told from a draw
   monkeypatch.setattr(workdir_lib, 'load_model_config', lambda _: initial)
   monkeypatch.setattr(workdir_lib, 'restore_params', lambda *_: (params, 0))
   target = tiny_model_config(num_directions=here)
@@ -407,6 +407,12 @@ def test_initial_params_fill_only_what_fine_tuning_adds(monkeypatch, there, here
   start = train_lib._initial_params('/somewhere', target)  # pylint: disable=protected-access
   expected = jax.tree_util.tree_map(jnp.shape, random_model(0, target)[1])
   assert jax.tree_util.tree_map(jnp.shape, start) == expected  # the new model's tree, leaf for leaf
+  # Every parameter the initial model has is carried over (a grown vocabulary's first rows included), not drawn.
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    got = start
+    for key in path:
+      got = got[key.key]
+    np.testing.assert_array_equal(np.asarray(got)[tuple(slice(0, n) for n in leaf.shape)], np.asarray(leaf))
   if here and not there:
     assert not np.any(start['direction_embed']['embedding'])
 

@@ -46,9 +46,10 @@ def define_flags():
   flags.DEFINE_integer('nat_beam_size', 1, '--algorithm hrt: Skip-AT hypotheses (of --beam_size) that stage II fills.')
   flags.DEFINE_integer('dedup_ngram', 0, '--algorithm ib: remove immediately repeated n-grams up to this n '
                        '(the interleaved paper\'s optional deduplication; 0 = off).')
-  flags.DEFINE_enum('end_rule', 'any', list(interleaved.END_RULES), '--algorithm ib: which steps end a hypothesis. any = '
-                    'Algorithm 1\'s (an EOS in any slot); layout = only the combinations a training target ends '
-                    'with (words in the first slots, then EOS in every other; the paper leaves alternatives open).')
+  flags.DEFINE_enum('end_rule', 'any', list(interleaved.END_RULES), '--algorithm ib: which steps end a '
+                    'hypothesis. any = Algorithm 1\'s (an EOS in any slot); layout = only the combinations a '
+                    'training target ends with (words in the first slots, then EOS in every other; the paper '
+                    'leaves alternatives open).')
   flags.DEFINE_string('block_size', '3', 'Window width: Jacobi block size b (pgj, hgj); W of --algorithm spec, or '
                       'auto (spec: the fastest here of greedy and W = 2, 3, 4, each timed on the work directory\'s '
                       'validation sentences at --batch_size; the output is greedy\'s either way).')

@@ -257,8 +257,8 @@ def validate(settings) -> None:
 SETTING_ALGORITHMS = {'beam_size': ('beam', 'ib', 'hrt'), 'alpha': ('beam', 'ib', 'hrt'),
                       'block_size': ('pgj', 'hgj', 'spec'), 'parallel_length': ('hgj',),
                       'jacobi_init': ('pj', 'pgj', 'hgj', 'spec'), 'dedup_ngram': ('ib',), 'end_rule': ('ib',),
-                      'chunk_size': ('hrt',), 'nat_beam_size': ('hrt',), 'drafter': ('spec',), 'ngram_memory': ('spec',),
-                      'ngram_pool': ('spec',)}
+                      'chunk_size': ('hrt',), 'nat_beam_size': ('hrt',), 'drafter': ('spec',),
+                      'ngram_memory': ('spec',), 'ngram_pool': ('spec',)}
 
 
 def ignored_settings(algorithm: str, names) -> list[str]:
