@@ -40,7 +40,10 @@ def main():
     ids = translator.encode_sources([text], TranslationStats())[0]
     (_, source, caps), = translator.batches([ids], 1)
     batches.append((text, source, caps))
-  rest = (translator.clusters, translator.draft_table, translator.output_projection, translator.drafter)
+  # The executable's arguments after the source and caps, as Translator.decode_batch passes them (the last:
+  # no earlier outputs to draft from).
+  recent = np.zeros((translator.recent_size,), np.int32) if translator.recent_size else None
+  rest = (translator.clusters, translator.draft_table, translator.output_projection, translator.drafter, recent)
   encode = roofline._encode_fn(translator.config)  # pylint: disable=protected-access
 
   def placed(source, caps):

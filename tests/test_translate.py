@@ -359,6 +359,23 @@ def test_an_independent_hand_written_greedy_gives_the_same_tokens(model_parts):
   assert output_tokens > 2 * len(lines)  # real translations, not rows that stop at once
 
 
+
+def test_the_dispatch_cost_script_calls_the_translators_executable_as_decode_batch_does(trained_workdir, capsys,
+                                                                                        monkeypatch):
+  """benchmarks/dispatch_cost.py (BENCHMARKS section 1) calls Translator's compiled executable directly, past
+  decode_batch: when the executable gained an argument (recent outputs) the script broke without a test
+  noticing. It runs here on the tiny model, every way it times."""
+  spec = importlib.util.spec_from_file_location('dispatch_cost', REPO / 'benchmarks/dispatch_cost.py')
+  script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(script)
+  monkeypatch.setattr(sys, 'argv', ['dispatch_cost.py', '--workdir', trained_workdir, '--sentences', '2',
+                                    '--repeats', '1'])
+  script.main()
+  out = capsys.readouterr().out
+  for way in ('device_put, own cap', 'host arrays, cap 1', 'encoder + memory alone', 'translate(), batch 1'):
+    assert way in out
+  assert 'the Python around the call' in out
+
 GENESIS = [line.rstrip('\n') for line in open(REPO / 'tests/data/genesis.en', encoding='utf-8')][:40]
 
 
