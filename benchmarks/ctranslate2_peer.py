@@ -105,6 +105,11 @@ class FastmtConverter(ctranslate2.converters.Converter):
   """A fastmt Transformer's parameter tree -> CTranslate2's TransformerSpec (pre-LN, ReLU, tied embeddings)."""
 
   def __init__(self, params, config, pieces):
+    # Parts of a fastmt model that this spec has no place for: a converted model would silently compute
+    # something else (CTranslate2's relative positions, OpenNMT's, add to the values too; HRT Eq. 4 does not).
+    if config.relative_key_distance or config.num_directions:
+      raise ValueError('the CTranslate2 peer converts plain Transformers: this model has '
+                       f'relative_key_distance={config.relative_key_distance}, num_directions={config.num_directions}')
     self._params, self._config, self._pieces = params, config, pieces
 
   def _load(self):

@@ -10,7 +10,9 @@ royalflush-wmt22-efficiency.txt): one decoder trained on AT, CMLM, Skip-AT and S
 
 The argument: k2 | k3 | k4 (chunk size), then optionally ',e6d6' (the one-GPU table's deep decoder), ',e6d1' /
 ',e12d1' (a RoyalFlush student's shape) or ',small' (the notebooks', configs/small.py; default the quickstart's)
-and ',nocl' (no curriculum: the skip tasks from the first step, Table 5's -CL).
+and ',nocl' (no curriculum: the skip tasks from the first step, Table 5's -CL), ',rpr' (relative position keys
+in decoder self-attention, HRT Eq. 4, clipped at distance 16; Table 5's RPR; zero-initialised, so fine-tuning
+from an AT model without them starts from that model).
 Mixed distillation is `dataset.p_raw = 0.5` here (it applies once `dataset.distilled_dir` is given).
 """
 
@@ -18,17 +20,23 @@ import ml_collections
 
 from fastmt.configs._shapes import SHAPES
 
+# The clipping distance of ',rpr': 16, as Shaw et al. (2018) used for translation (they saw little change from
+# 2 up); the HRT paper does not give its own.
+RELATIVE_KEY_DISTANCE = 16
+
 
 def get_config(arg: str = 'k2'):
   name, *extras = arg.split(',')
   if name not in ('k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'k8'):
     raise ValueError(f'Unknown chunk size {name!r} in configs/hrt.py:{arg}; use k2 .. k8')
   shapes = [e for e in extras if e in SHAPES]
-  unknown = [e for e in extras if e not in SHAPES and e != 'nocl']
+  unknown = [e for e in extras if e not in SHAPES and e not in ('nocl', 'rpr')]
   if unknown or len(shapes) > 1:
     raise ValueError(f'Unknown options {unknown or shapes} in configs/hrt.py:{arg}; use one of {sorted(SHAPES)} '
-                     'and/or nocl')
+                     'and/or nocl, rpr')
   config = SHAPES[shapes[0] if shapes else 'quickstart'].get_config()
+  if 'rpr' in extras:
+    config.model.relative_key_distance = RELATIVE_KEY_DISTANCE
   config.objective = 'hrt'
   config.hrt = ml_collections.ConfigDict(dict(
       chunk_size=int(name[1:]),

@@ -59,6 +59,9 @@ def get_config():
   config.model.max_length = 128
   # Activation dtype ('float32' or 'bfloat16'); parameters stay float32.
   config.model.dtype = 'float32'
+  # Relative position keys in decoder self-attention, clipped at this distance (HRT Eq. 4; configs/hrt.py's
+  # ',rpr' sets 16); 0 = none, absolute sinusoidal positions only.
+  config.model.relative_key_distance = 0
 
   # Training objective (fastmt.objectives): 'at' = autoregressive, left to right, what greedy, beam and the
   # Jacobi decoders need. Recorded in the work directory; decoding checks it.

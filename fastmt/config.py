@@ -22,6 +22,10 @@ class ModelConfig:
   # Learned direction embeddings added to the decoder inputs (IMDecoder, Eq. 10): the number of directions,
   # 0 = none (every other model; checkpoints from before the field load unchanged).
   num_directions: int = 0
+  # Relative position keys in decoder self-attention (HRT Eq. 4, after Shaw et al. 2018): 2K + 1 learned
+  # vectors per layer, shared by the heads, added to the keys by the clipped distance between a key's and a
+  # query's positions; the clipping distance K, 0 = none (checkpoints from before the field load unchanged).
+  relative_key_distance: int = 0
   # Inference only, set by fastmt.precision.for_inference (decode.py --dtype int8): '' = float weights;
   # 'int8' / 'int8_layers' = the int8 parameter layout of fastmt.quantize.
   quantization: str = ''
@@ -31,6 +35,9 @@ class ModelConfig:
       raise FastmtError(f'emb_dim {self.emb_dim} must be even and divisible by num_heads {self.num_heads}')
     if self.num_directions < 0:
       raise FastmtError(f'num_directions must be >= 0, got {self.num_directions}')
+    if isinstance(self.relative_key_distance, bool) or not isinstance(self.relative_key_distance, int) or \
+        self.relative_key_distance < 0:
+      raise FastmtError(f'relative_key_distance must be an integer >= 0, got {self.relative_key_distance!r}')
     if isinstance(self.dropout_rate, bool) or not isinstance(self.dropout_rate, (int, float)) or \
         not 0 <= self.dropout_rate < 1:  # flax's Dropout zeroes everything at a rate of 1 or more, without a word
       raise FastmtError(f'dropout_rate must be a number in [0, 1), got {self.dropout_rate!r}')

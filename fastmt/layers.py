@@ -52,21 +52,42 @@ CACHE_LAYOUT = 'bkhd'
 MEMORY_LAYOUT = 'bhdk'
 
 
-def dot_product_attention(query, key, value, mask, dtype=jnp.float32, kv_layout: str = CACHE_LAYOUT):
+def dot_product_attention(query, key, value, mask, dtype=jnp.float32, kv_layout: str = CACHE_LAYOUT,
+                          relative_scores=None):
   """Softmax attention.
 
   Args:
     query: [B, T, H, D]; key, value: [B, K, H, D] (kv_layout 'bkhd') or [B, H, D, K] ('bhdk').
     mask: bool, broadcastable to [B, H, T, K]; True where a query may attend.
+    relative_scores: optional float32 [B, H, T, K], query . relative key (relative_key_scores), added to
+      query . key before the scaling: HRT Eq. 4's Q (K^T + R) / sqrt(d).
   Returns:
     [B, T, H, D] in `dtype`.
   """
   depth = query.shape[-1]
   scores = jnp.einsum(f'bthd,{kv_layout}->bhtk', query, key, preferred_element_type=jnp.float32)
+  if relative_scores is not None:
+    scores = scores + relative_scores
   scores = scores / jnp.sqrt(depth).astype(jnp.float32)
   scores = jnp.where(mask, scores, NEG_INF)
   weights = jax.nn.softmax(scores, axis=-1).astype(dtype)  # softmax in float32 even in bfloat16 mode
   return jnp.einsum(f'bhtk,{kv_layout}->bthd', weights, value.astype(dtype))
+
+
+def relative_key_scores(query, table, query_positions, key_positions):
+  """query . R[clip(key position - query position, -K, K) + K] for every query and key: float32 [B, H, T, K].
+
+  Args:
+    query: [B, T, H, D]; table: [2K + 1, D], one vector per clipped distance, shared by the heads;
+    query_positions: int [B, T]; key_positions: int [B, K] (the positions the tokens were embedded at, of any
+      sign: interleaved decoders' negative ones and HRT's skipped ones alike).
+  Each query is scored against the 2K + 1 vectors once, then the score of each key's distance is picked.
+  """
+  distance = (table.shape[0] - 1) // 2
+  per_distance = jnp.einsum('bthd,rd->bhtr', query, table.astype(query.dtype), preferred_element_type=jnp.float32)
+  index = jnp.clip(key_positions[:, None, :] - query_positions[:, :, None], -distance, distance) + distance
+  index = jnp.broadcast_to(index[:, None], per_distance.shape[:3] + index.shape[-1:])  # [B, H, T, K]
+  return jnp.take_along_axis(per_distance, index, axis=-1)
 
 
 class MultiHeadAttention(nn.Module):
@@ -76,6 +97,9 @@ class MultiHeadAttention(nn.Module):
   out_dim: int
   dtype: jnp.dtype = jnp.float32
   quantization: str = ''  # ModelConfig.quantization: '' = float kernels, else int8 (fastmt.quantize)
+  # ModelConfig.relative_key_distance (self-attention only): K > 0 adds the [2K + 1, head_dim] table
+  # 'relative_keys', zero at initialisation, so that a model fine-tuned into it starts as the initial one.
+  relative_distance: int = 0
 
   def setup(self):
     dense_class = quantize.dense_class(self.quantization)
@@ -84,6 +108,9 @@ class MultiHeadAttention(nn.Module):
     self.key = dense()
     self.value = dense()
     self.out = dense_class(self.out_dim, axis=(-2, -1), dtype=self.dtype)
+    if self.relative_distance:
+      self.relative_keys = self.param('relative_keys', nn.initializers.zeros,
+                                      (2 * self.relative_distance + 1, self.head_dim), jnp.float32)
 
   def project_kv(self, x):
     """x [B, K, E] -> (keys, values), each [B, K, H, D]."""
@@ -93,13 +120,15 @@ class MultiHeadAttention(nn.Module):
     """x [B, K, E] -> (keys, values) in MEMORY_LAYOUT [B, H, D, K]: computed once per source."""
     return tuple(jnp.transpose(y, (0, 2, 3, 1)) for y in self.project_kv(x))
 
-  def __call__(self, x, mask, kv=None, cache=None, write_offsets=None):
+  def __call__(self, x, mask, kv=None, cache=None, write_offsets=None, positions=None):
     """Attends from x [B, T, E].
 
     kv: precomputed (keys, values) [B, H, D, K] from project_memory (cross-attention); None means
       self-attention over x.
     cache: (keys, values) [B, M, H, D] for self-attention; x's keys/values are written at write_offsets [B]
       and the queries attend over all M slots, as `mask` [B, T, M] allows.
+    positions: (query positions [B, T], key positions [B, K]) where relative_distance > 0: the keys' are the
+      cache slots' (K = M) or x's own (K = T).
     Returns (output [B, T, E], updated cache or None).
     """
     query = self.query(x)
@@ -111,7 +140,12 @@ class MultiHeadAttention(nn.Module):
       key = write_at_offsets(cache[0], key, write_offsets)
       value = write_at_offsets(cache[1], value, write_offsets)
       cache = (key, value)
-    out = dot_product_attention(query, key, value, mask[:, None], self.dtype)
+    relative = None
+    if self.relative_distance:
+      if positions is None:
+        raise ValueError('attention with relative position keys needs (query positions, key positions)')
+      relative = relative_key_scores(query, self.relative_keys, *positions)
+    out = dot_product_attention(query, key, value, mask[:, None], self.dtype, relative_scores=relative)
     return self.out(out), cache
 
 

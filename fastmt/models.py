@@ -21,9 +21,11 @@ import jax.numpy as jnp
 from fastmt import quantize
 from fastmt.config import ModelConfig
 from fastmt.data.tokenizer import PAD_ID
-from fastmt.layers import FeedForward, MultiHeadAttention, sinusoidal_positions
+from fastmt.layers import FeedForward, MultiHeadAttention, sinusoidal_positions, write_at_offsets
 
-Cache = dict[str, tuple[jax.Array, ...]]  # {'k': per-layer [B, M, H, D], 'v': per-layer [B, M, H, D]}
+# {'k': per-layer [B, M, H, D], 'v': per-layer [B, M, H, D]}, and with relative position keys
+# (config.relative_key_distance) 'positions': int32 [B, M], the position each slot's token was embedded at.
+Cache = dict[str, Any]
 Memory = dict[str, Any]  # {'k', 'v': per-layer [B, H, D, S]; 'mask': bool [B, S]}
 
 
@@ -43,7 +45,10 @@ def init_cache(config: ModelConfig, batch_size: int, max_length: int) -> Cache:
   """Zeroed self-attention K/V slots for max_length target positions (no parameters involved)."""
   shape = (batch_size, max_length, config.num_heads, config.head_dim)
   zeros = lambda: tuple(jnp.zeros(shape, config.jnp_dtype) for _ in range(config.num_decoder_layers))
-  return {'k': zeros(), 'v': zeros()}
+  cache = {'k': zeros(), 'v': zeros()}
+  if config.relative_key_distance:  # the keys' positions, written beside them (any decoder's own positions)
+    cache['positions'] = jnp.zeros((batch_size, max_length), jnp.int32)
+  return cache
 
 
 class EncoderLayer(nn.Module):
@@ -66,9 +71,10 @@ class DecoderLayer(nn.Module):
 
   def setup(self):
     cfg = self.config
-    attention = lambda: MultiHeadAttention(cfg.num_heads, cfg.head_dim, cfg.emb_dim, cfg.jnp_dtype, cfg.quantization)
+    attention = lambda relative=0: MultiHeadAttention(cfg.num_heads, cfg.head_dim, cfg.emb_dim, cfg.jnp_dtype,
+                                                      cfg.quantization, relative)
     self.self_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
-    self.self_attention = attention()
+    self.self_attention = attention(cfg.relative_key_distance)
     self.cross_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
     self.cross_attention = attention()
     self.mlp_norm = nn.LayerNorm(dtype=cfg.jnp_dtype)
@@ -78,8 +84,10 @@ class DecoderLayer(nn.Module):
   def cross_kv(self, encoded):
     return self.cross_attention.project_memory(encoded)
 
-  def __call__(self, x, self_mask, cross_kv, cross_mask, cache, write_offsets, deterministic: bool):
-    h, cache = self.self_attention(self.self_norm(x), self_mask, cache=cache, write_offsets=write_offsets)
+  def __call__(self, x, self_mask, cross_kv, cross_mask, cache, write_offsets, deterministic: bool,
+               positions=None):
+    h, cache = self.self_attention(self.self_norm(x), self_mask, cache=cache, write_offsets=write_offsets,
+                                   positions=positions)
     x = x + self.dropout(h, deterministic=deterministic)
     h, _ = self.cross_attention(self.cross_norm(x), cross_mask, kv=cross_kv)
     x = x + self.dropout(h, deterministic=deterministic)
@@ -157,17 +165,27 @@ class Transformer(nn.Module):
     """
     x = self._embed(tokens, positions, deterministic, self._decoder_directions(tokens, directions))
     cross_mask = memory['mask'][:, None, :]
+    relative, key_positions = None, None
+    if self.config.relative_key_distance:
+      positions = jnp.broadcast_to(positions, tokens.shape).astype(jnp.int32)
+      key_positions = positions if cache is None else \
+          write_at_offsets(cache['positions'], positions, write_offsets)
+      relative = (positions, key_positions)
     new_k, new_v = [], []
     for i, layer in enumerate(self.decoder_layers):
       layer_cache = None if cache is None else (cache['k'][i], cache['v'][i])
       x, layer_cache = layer(x, self_mask, (memory['k'][i], memory['v'][i]), cross_mask, layer_cache,
-                             write_offsets, deterministic)
+                             write_offsets, deterministic, relative)
       if layer_cache is not None:
         new_k.append(layer_cache[0])
         new_v.append(layer_cache[1])
     hidden = self.decoder_norm(x)
     logits = self.project(hidden) if return_logits else None
-    new_cache = None if cache is None else {'k': tuple(new_k), 'v': tuple(new_v)}
+    new_cache = None
+    if cache is not None:
+      new_cache = {'k': tuple(new_k), 'v': tuple(new_v)}
+      if key_positions is not None:
+        new_cache['positions'] = key_positions
     return logits, hidden, new_cache
 
   def project(self, hidden):

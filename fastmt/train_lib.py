@@ -407,15 +407,19 @@ def _initial_params(init_from: str, model_config: ModelConfig):
   - a vocabulary extended with reserved symbols (pipeline.get_tokenizer) adds rows to the tied embedding,
     initialised like the others;
   - direction embeddings the initial model lacks (an AT model fine-tuned into IMDecoder) start at zero, so
-    that the fine-tuned model starts as the initial one.
+    that the fine-tuned model starts as the initial one;
+  - so do relative position keys the initial model lacks (an AT model fine-tuned into HRT with them, HRT Eq. 4).
   Every other difference is an error.
   """
   init_config = workdir_lib.load_model_config(init_from)
   grown = model_config.vocab_size - init_config.vocab_size
   adds_directions = model_config.num_directions > 0 and init_config.num_directions == 0
+  adds_relative = model_config.relative_key_distance > 0 and init_config.relative_key_distance == 0
   fillable = init_config.replace(vocab_size=model_config.vocab_size,
                                  num_directions=model_config.num_directions if adds_directions
-                                 else init_config.num_directions)
+                                 else init_config.num_directions,
+                                 relative_key_distance=model_config.relative_key_distance if adds_relative
+                                 else init_config.relative_key_distance)
   if grown < 0 or fillable != model_config:
     diff = {k: (v, getattr(model_config, k)) for k, v in init_config.__dict__.items() if getattr(model_config, k) != v}
     raise FastmtError(f'init_from {init_from} holds another model config; differing fields (there, here): {diff}')
@@ -428,6 +432,12 @@ def _initial_params(init_from: str, model_config: ModelConfig):
     table = params['embed']['embedding']
     params = {**params, 'direction_embed': {
         'embedding': jnp.zeros((model_config.num_directions, table.shape[1]), table.dtype)}}
+  if adds_relative:
+    table = jnp.zeros((2 * model_config.relative_key_distance + 1, model_config.head_dim), jnp.float32)
+    params = {**params, **{
+        f'decoder_{i}': {**params[f'decoder_{i}'], 'self_attention': {
+            **params[f'decoder_{i}']['self_attention'], 'relative_keys': table}}
+        for i in range(model_config.num_decoder_layers)}}
   return params
 
 

@@ -65,6 +65,16 @@ def random_model(seed, config=None):
   return model, params
 
 
+def with_random_relative_keys(params, seed=0, scale=0.5):
+  """params with every decoder layer's relative position keys drawn at random: they start at zero, and a test
+  on zero tables would not tell a model that ignores them from one that uses them."""
+  rng = np.random.default_rng(seed)
+  layers = {name: {**layer, 'self_attention': {**layer['self_attention'], 'relative_keys': jnp.asarray(
+      scale * rng.standard_normal(layer['self_attention']['relative_keys'].shape), jnp.float32)}}
+            for name, layer in params.items() if 'self_attention' in layer}
+  return {**params, **layers}
+
+
 def select_positions(logits, project):
   """DecoderStepFn's `project`: the same positions for every row ([P]) or per row ([B, P])."""
   return logits[:, project] if project.ndim == 1 else jnp.take_along_axis(logits, project[..., None], 1)

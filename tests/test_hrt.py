@@ -163,14 +163,21 @@ def test_bad_settings_are_clear_errors():
     configs.get_config('k1')
 
 
-def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_config, tmp_path):
+@pytest.mark.parametrize('relative', [0, 3])
+def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_config, tmp_path, relative):
+  """From the AT model, HRT trains and decodes with both stages, beams, C_d = 1 and int8; with relative
+  position keys (HRT Eq. 4, added at zero to the AT model's weights) too."""
   import ml_collections  # pylint: disable=g-import-not-at-top
   import fastmt  # pylint: disable=g-import-not-at-top
   from conftest import fine_tuning_config  # pylint: disable=g-import-not-at-top
-  from fastmt import train_lib  # pylint: disable=g-import-not-at-top
+  from fastmt import train_lib, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   config = fine_tuning_config(tiny_config, trained_workdir, 'hrt', 'hrt', dict(chunk_size=2))
+  config.model.relative_key_distance = relative
   workdir = str(tmp_path / 'hrt')
   train_lib.train_and_evaluate(config, workdir)
+  if relative:
+    params, _ = workdir_lib.restore_params(workdir, workdir_lib.load_model_config(workdir))
+    assert np.any(params['decoder_0']['self_attention']['relative_keys'])  # trained: no longer zero
   model = fastmt.load(workdir)
   texts = ['In the beginning God created the heaven and the earth.', '']
   two_stage = model.translate(texts, algorithm='hrt')
@@ -178,6 +185,7 @@ def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_confi
   assert len(model.translate(texts, algorithm='hrt', beam_size=3, nat_beam_size=2)) == 2
   assert len(model.translate(texts, algorithm='greedy')) == 2  # C_d = 1
   assert len(fastmt.load(workdir, dtype='int8').translate(texts, algorithm='hrt')) == 2  # 8-bit: both stages
+  assert len(fastmt.load(workdir, dtype='bfloat16').translate(texts, algorithm='hrt')) == 2
   with pytest.raises(FastmtError, match='chunk size 2'):
     model.translate(texts, algorithm='hrt', chunk_size=3)
   with pytest.raises(FastmtError, match='objective'):
@@ -234,16 +242,19 @@ def test_stage_two_sizes_bound_the_padding():
   assert len(two_pass.stage_two_sizes(512)) == 20
 
 
-@pytest.mark.parametrize('m, k, lengths', [(20, 2, [3, 1]), (20, 2, [9, 20]), (20, 2, [12, 5]), (20, 2, [17, 5]),
-                                          (40, 2, [17, 3]), (40, 3, [24, 0, 8]), (40, 3, [0, 0]), (7, 3, [7, 2])])
-def test_stage_two_on_the_used_length_equals_the_full_pass(m, k, lengths):
+@pytest.mark.parametrize('m, k, lengths, relative', [
+    (20, 2, [3, 1], 0), (20, 2, [9, 20], 0), (20, 2, [12, 5], 0), (20, 2, [17, 5], 0), (40, 2, [17, 3], 0),
+    (40, 3, [24, 0, 8], 0), (40, 3, [0, 0], 0), (7, 3, [7, 2], 0), (40, 2, [17, 3], 3)])
+def test_stage_two_on_the_used_length_equals_the_full_pass(m, k, lengths, relative):
   """fill_masks_bucketed runs stage II over the longest row's bucket only (for m = 40: 17 tokens in the branch
   of 24, 24 in its own): the same tokens and scores as the pass over every stage-I slot (masked slots never
   see PAD slots), on a random model; a row of 0 tokens is a padding row (beam search's)."""
-  from conftest import model_step, random_model  # pylint: disable=g-import-not-at-top
+  from conftest import model_step, random_model, tiny_model_config, with_random_relative_keys  # pylint: disable=g-import-not-at-top
   from fastmt import models  # pylint: disable=g-import-not-at-top
   from fastmt.decoding import hrt as two_pass  # pylint: disable=g-import-not-at-top
-  model, params = random_model(3)
+  model, params = random_model(3, tiny_model_config(relative_key_distance=relative))
+  if relative:
+    params = with_random_relative_keys(params)
   rng = np.random.default_rng(sum(lengths) + m + k)
   mask_id = 33
   skip = np.zeros((len(lengths), m), np.int32)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import REPO, VOCAB, one_hot_logits, random_model, stub_cache, tiny_model_config
+from conftest import REPO, VOCAB, one_hot_logits, random_model, stub_cache, tiny_model_config, with_random_relative_keys
 from fastmt import models
 from fastmt.decoding import interleaving as order
 from fastmt.decoding.interleaved import interleaved_beam, interleaved_greedy, prune_outer_sum
@@ -282,14 +282,17 @@ def test_beam_prefers_the_better_sum_over_the_greedy_first_slot():
   assert np.asarray(beam.tokens)[0].tolist()[:3] == [6, 7, EOS_ID]
 
 
-@pytest.mark.parametrize('h,c,positions,embeddings', [(2, 1, 'signed', False), (2, 2, 'signed', False),
-                                                       (4, 1, 'step', True), (1, 2, 'vanilla', False)])
-def test_cached_interleaved_decoding_equals_the_training_pass(h, c, positions, embeddings):
+@pytest.mark.parametrize('h,c,positions,embeddings,relative', [
+    (2, 1, 'signed', False, 0), (2, 2, 'signed', False, 0), (4, 1, 'step', True, 0), (1, 2, 'vanilla', False, 0),
+    (2, 2, 'signed', False, 3)])  # relative position keys over negative positions
+def test_cached_interleaved_decoding_equals_the_training_pass(h, c, positions, embeddings, relative):
   """The decoder's per-step calls with the KV cache give the training pass's logits slot for slot."""
-  config = tiny_model_config(num_directions=h if embeddings else 0)
+  config = tiny_model_config(num_directions=h if embeddings else 0, relative_key_distance=relative)
   layout = order.Interleaving(h, c, positions=positions, direction_embeddings=embeddings,
                               start_ids=tuple(range(10, 10 + h * c)))
   model, params = random_model(3, config)
+  if relative:
+    params = with_random_relative_keys(params)
   source = jnp.array([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
   target = jnp.array([[11, 12, 13, 14, 15, 16, 17, EOS_ID], [18, 19, 20, EOS_ID, 0, 0, 0, 0]])
   fields = objective.reordered_batch({'source': source, 'decoder_input': target, 'target': target}, layout)
@@ -388,18 +391,23 @@ def test_fine_tuning_an_at_model_into_ib_and_im(trained_workdir, tiny_config, tm
     assert len(translations) == 2 and translations[1] == ''
 
 
-@pytest.mark.parametrize('there,here,vocab_there,allowed', [
-    (0, 0, 40, True), (0, 4, 40, True), (4, 4, 40, True), (0, 4, 36, True),  # same, directions added, vocab grown
-    (4, 0, 40, False), (4, 2, 40, False), (0, 0, 44, False)])  # directions dropped or changed, vocab shrunk
-def test_initial_params_fill_only_what_fine_tuning_adds(monkeypatch, there, here, vocab_there, allowed):
-  """init_from fills a grown vocabulary and direction embeddings an AT model lacks; a model with direction
-  embeddings fine-tunes into one with as many (IM -> IM), and every other difference is a clear error."""
+@pytest.mark.parametrize('field,there,here,vocab_there,allowed', [
+    ('num_directions', 0, 0, 40, True), ('num_directions', 0, 4, 40, True), ('num_directions', 4, 4, 40, True),
+    ('num_directions', 0, 4, 36, True),  # same, directions added, vocab grown
+    ('num_directions', 4, 0, 40, False), ('num_directions', 4, 2, 40, False),  # directions dropped or changed
+    ('num_directions', 0, 0, 44, False),  # vocab shrunk
+    ('relative_key_distance', 0, 3, 40, True), ('relative_key_distance', 3, 3, 40, True),  # added, same
+    ('relative_key_distance', 3, 0, 40, False), ('relative_key_distance', 3, 2, 40, False)])  # dropped, changed
+def test_initial_params_fill_only_what_fine_tuning_adds(monkeypatch, field, there, here, vocab_there, allowed):
+  """init_from fills a grown vocabulary, and direction embeddings or relative position keys (HRT Eq. 4) an AT
+  model lacks, at zero; a model with them fine-tunes into one with the same number (IM -> IM), and every other
+  difference is a clear error."""
   from fastmt import train_lib, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-  initial = tiny_model_config(num_directions=there, vocab_size=vocab_there)
+  initial = tiny_model_config(**{field: there}, vocab_size=vocab_there)
   params = random_model(7, initial)[1]  # another seed than any fresh init here: a copy is told from a draw
   monkeypatch.setattr(workdir_lib, 'load_model_config', lambda _: initial)
   monkeypatch.setattr(workdir_lib, 'restore_params', lambda *_: (params, 0))
-  target = tiny_model_config(num_directions=here)
+  target = tiny_model_config(**{field: here})
   if not allowed:
     with pytest.raises(FastmtError, match='another model config'):
       train_lib._initial_params('/somewhere', target)  # pylint: disable=protected-access
@@ -414,7 +422,9 @@ def test_initial_params_fill_only_what_fine_tuning_adds(monkeypatch, there, here
       got = got[key.key]
     np.testing.assert_array_equal(np.asarray(got)[tuple(slice(0, n) for n in leaf.shape)], np.asarray(leaf))
   if here and not there:
-    assert not np.any(start['direction_embed']['embedding'])
+    added = ([start['direction_embed']['embedding']] if field == 'num_directions' else
+             [start[f'decoder_{i}']['self_attention']['relative_keys'] for i in range(target.num_decoder_layers)])
+    assert not any(np.any(table) for table in added)
 
 
 @pytest.mark.xdist_group('interleaved_model')  # one worker trains the module's model (--dist loadgroup)

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import random_model, tiny_model_config
+from conftest import random_model, tiny_model_config, with_random_relative_keys
 from fastmt import layers, models
 
 
@@ -35,9 +35,33 @@ def _decode(model, params, tokens, positions, mask, memory, cache, offsets):
                      method=models.Transformer.decode)
 
 
-@pytest.mark.parametrize('seed', [0, 1, 2])
-def test_cached_step_by_step_equals_full_pass(seed):
-  model, params = random_model(seed)
+def test_relative_key_scores_are_eq4_entry_by_entry():
+  """query . R[clip(p_key - p_query, -K, K) + K], positions of any sign, written out by loops."""
+  rng = np.random.default_rng(0)
+  query = rng.standard_normal((2, 3, 2, 4)).astype(np.float32)  # [B, T, H, D]
+  table = rng.standard_normal((5, 4)).astype(np.float32)  # K = 2
+  query_positions = np.array([[0, 1, 2], [-3, 4, 9]])
+  key_positions = np.array([[0, 1, 2, 3, 7], [-1, -6, 4, 9, 0]])
+  got = np.asarray(layers.relative_key_scores(jnp.asarray(query), jnp.asarray(table), jnp.asarray(query_positions),
+                                              jnp.asarray(key_positions)))
+  assert got.shape == (2, 2, 3, 5)
+  for b in range(2):
+    for h in range(2):
+      for t in range(3):
+        for k in range(5):
+          r = min(max(key_positions[b, k] - query_positions[b, t], -2), 2) + 2
+          np.testing.assert_allclose(got[b, h, t, k], query[b, t, h] @ table[r], rtol=1e-5, atol=1e-5)
+
+
+def _model(seed, relative_distance=0):
+  """A random tiny model; with relative position keys, their tables random too (they start at zero)."""
+  model, params = random_model(seed, tiny_model_config(relative_key_distance=relative_distance))
+  return model, (with_random_relative_keys(params, seed) if relative_distance else params)
+
+
+@pytest.mark.parametrize('seed,relative_distance', [(0, 0), (1, 0), (2, 0), (0, 3), (1, 1)])
+def test_cached_step_by_step_equals_full_pass(seed, relative_distance):
+  model, params = _model(seed, relative_distance)
   rng = np.random.default_rng(seed)
   source = jnp.array(np.concatenate([rng.integers(4, 40, (3, 7)), np.zeros((3, 2), int)], 1))
   target_in = jnp.array(rng.integers(4, 40, (3, 9)))
@@ -52,9 +76,11 @@ def test_cached_step_by_step_equals_full_pass(seed):
   np.testing.assert_allclose(jnp.concatenate(steps, 1), full, atol=1e-4, rtol=1e-4)
 
 
-def test_multi_position_writes_at_per_row_offsets():
-  """Rows at different offsets, several positions per call, earlier slots overwritten: still exact."""
-  model, params = random_model(3)
+@pytest.mark.parametrize('relative_distance', [0, 2])
+def test_multi_position_writes_at_per_row_offsets(relative_distance):
+  """Rows at different offsets, several positions per call, earlier slots overwritten: still exact (with
+  relative position keys, the overwritten slots' positions are rewritten with them)."""
+  model, params = _model(3, relative_distance)
   rng = np.random.default_rng(3)
   source = jnp.array(rng.integers(4, 40, (2, 6)))
   target_in = jnp.array(rng.integers(4, 40, (2, 8)))
@@ -94,3 +120,29 @@ def test_model_config_rejects_unknown_keys():
   from fastmt.config import ModelConfig
   with pytest.raises(ValueError, match='Unknown model config keys'):
     ModelConfig.from_config({'emb_dim': 32, 'num_heads': 4, 'embdim': 3}, vocab_size=10)
+
+
+def test_relative_keys_start_at_zero_and_then_change_the_model():
+  """A model with relative position keys at their initial zero tables computes what the same weights without
+  them compute (fine-tuning into them starts from the initial model); random tables change the logits."""
+  model, params = random_model(5, tiny_model_config(relative_key_distance=4))
+  plain = models.Transformer(tiny_model_config())
+  assert all(not np.any(params[f'decoder_{i}']['self_attention']['relative_keys']) for i in range(2))
+  without = {name: ({**layer, 'self_attention': {k: v for k, v in layer['self_attention'].items()
+                                                 if k != 'relative_keys'}} if 'self_attention' in layer else layer)
+             for name, layer in params.items()}
+  source = jnp.array([[5, 6, 7, 8, 1]])
+  target = jnp.array([[2, 9, 10, 11, 12, 13]])
+  np.testing.assert_allclose(model.apply({'params': params}, source, target),
+                             plain.apply({'params': without}, source, target), atol=1e-5)
+  changed = model.apply({'params': with_random_relative_keys(params)}, source, target)
+  assert np.abs(np.asarray(changed) - np.asarray(model.apply({'params': params}, source, target))).max() > 1e-2
+  assert set(models.init_cache(model.config, 2, 6)) == {'k', 'v', 'positions'}
+  assert set(models.init_cache(plain.config, 2, 6)) == {'k', 'v'}  # no cache leaf a plain model does not need
+
+
+@pytest.mark.parametrize('value', [-1, 1.5, True, '4'])
+def test_relative_key_distance_must_be_a_whole_number(value):
+  from fastmt.config import ModelConfig
+  with pytest.raises(ValueError, match='relative_key_distance'):
+    ModelConfig(vocab_size=10, relative_key_distance=value)
