@@ -2,7 +2,8 @@
 # The HRT table (issue [hrt]) end to end on en->de, on CPU or one GPU:
 #   an AT model (the one HRT is fine-tuned from) -> beam-4 distillation by a teacher -> HRT k = 2, 3, 4 fine-tuned
 #   from the AT model with mixed distillation (p_raw = 0.5), the ablations of HRT Table 5 (-curriculum,
-#   -mixed distillation, -fine-tuning) -> each the average of its last 5 checkpoints -> fastmt.bench at batch
+#   -mixed distillation, -fine-tuning, and +RPR: relative position keys, configs/hrt.py's ',rpr', which our
+#   main rows leave out) -> each the average of its last 5 checkpoints -> fastmt.bench at batch
 #   sizes 1, 8 and 32, every model side by side in one process against the AT model's greedy.
 #
 #   AT=runs/quickstart bash benchmarks/hrt.sh                         # fine-tune from an existing AT model
@@ -34,7 +35,7 @@ STAGES=${STAGES:-at distill students eval}
 # training split's own targets, no KD needed):init
 # (ft = fine-tuned from AT, scratch = random initialisation)
 ROWS=${ROWS:-hrt_k2:k2:mixed:ft hrt_k3:k3:mixed:ft hrt_k4:k4:mixed:ft hrt_k2_no_curriculum:k2,nocl:mixed:ft \
-hrt_k2_no_mixed:k2:kd:ft hrt_k2_no_finetuning:k2:mixed:scratch}
+hrt_k2_no_mixed:k2:kd:ft hrt_k2_no_finetuning:k2:mixed:scratch hrt_k2_rpr:k2,rpr:mixed:ft}
 MAIN_ROWS=${MAIN_ROWS:-hrt_k2 hrt_k3 hrt_k4}  # timed with every method; the other rows are the ablations
 mkdir -p "$RUNS"
 

@@ -163,7 +163,11 @@ def load_cases(workdir, split, sentences):
 
 
 def compare(translator, cases, repeats):
-  params, num_heads = translator.params, translator.config.num_heads
+  config = translator.config
+  if config.relative_key_distance or config.num_directions:  # the prototype has neither: it would not agree
+    raise ValueError('the reference is a plain Transformer; this model has relative_key_distance='
+                     f'{config.relative_key_distance}, num_directions={config.num_directions}')
+  params, num_heads = translator.params, config.num_heads
   reference = jax.jit(reference_greedy, static_argnums=(2, 3))
   rows, mismatches = [], []
   for n, (source, cap) in enumerate(cases):

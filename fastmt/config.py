@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import numbers
 
 import jax.numpy as jnp
 
@@ -35,9 +36,10 @@ class ModelConfig:
       raise FastmtError(f'emb_dim {self.emb_dim} must be even and divisible by num_heads {self.num_heads}')
     if self.num_directions < 0:
       raise FastmtError(f'num_directions must be >= 0, got {self.num_directions}')
-    if isinstance(self.relative_key_distance, bool) or not isinstance(self.relative_key_distance, int) or \
+    if isinstance(self.relative_key_distance, bool) or not isinstance(self.relative_key_distance, numbers.Integral) or \
         self.relative_key_distance < 0:
       raise FastmtError(f'relative_key_distance must be an integer >= 0, got {self.relative_key_distance!r}')
+    object.__setattr__(self, 'relative_key_distance', int(self.relative_key_distance))  # a numpy int: JSON-able
     if isinstance(self.dropout_rate, bool) or not isinstance(self.dropout_rate, (int, float)) or \
         not 0 <= self.dropout_rate < 1:  # flax's Dropout zeroes everything at a rate of 1 or more, without a word
       raise FastmtError(f'dropout_rate must be a number in [0, 1), got {self.dropout_rate!r}')

@@ -167,6 +167,9 @@ class Transformer(nn.Module):
     cross_mask = memory['mask'][:, None, :]
     relative, key_positions = None, None
     if self.config.relative_key_distance:
+      if cache is not None and 'positions' not in cache:
+        raise ValueError('a model with relative position keys needs a cache from init_cache, which keeps each '
+                         "slot's position ('positions'); this one has only " + ', '.join(sorted(cache)))
       positions = jnp.broadcast_to(positions, tokens.shape).astype(jnp.int32)
       key_positions = positions if cache is None else \
           write_at_offsets(cache['positions'], positions, write_offsets)

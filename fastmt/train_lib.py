@@ -432,11 +432,11 @@ def _initial_params(init_from: str, model_config: ModelConfig):
     table = params['embed']['embedding']
     params = {**params, 'direction_embed': {
         'embedding': jnp.zeros((model_config.num_directions, table.shape[1]), table.dtype)}}
-  if adds_relative:
-    table = jnp.zeros((2 * model_config.relative_key_distance + 1, model_config.head_dim), jnp.float32)
+  if adds_relative:  # a table of its own per layer: the train step donates its buffers, each once
+    shape = (2 * model_config.relative_key_distance + 1, model_config.head_dim)
     params = {**params, **{
         f'decoder_{i}': {**params[f'decoder_{i}'], 'self_attention': {
-            **params[f'decoder_{i}']['self_attention'], 'relative_keys': table}}
+            **params[f'decoder_{i}']['self_attention'], 'relative_keys': jnp.zeros(shape, jnp.float32)}}
         for i in range(model_config.num_decoder_layers)}}
   return params
 

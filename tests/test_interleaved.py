@@ -415,6 +415,10 @@ def test_initial_params_fill_only_what_fine_tuning_adds(monkeypatch, field, ther
   start = train_lib._initial_params('/somewhere', target)  # pylint: disable=protected-access
   expected = jax.tree_util.tree_map(jnp.shape, random_model(0, target)[1])
   assert jax.tree_util.tree_map(jnp.shape, start) == expected  # the new model's tree, leaf for leaf
+  # An array of its own per leaf: the train step donates the parameters, and a buffer given twice is an error
+  # at the first step (one zero table shared by two layers' relative keys was).
+  leaves = jax.tree_util.tree_leaves(start)
+  assert len({id(leaf) for leaf in leaves}) == len(leaves)
   # Every parameter the initial model has is carried over (a grown vocabulary's first rows included), not drawn.
   for path, leaf in jax.tree_util.tree_leaves_with_path(params):
     got = start

@@ -87,9 +87,11 @@ def test_multi_position_writes_at_per_row_offsets(relative_distance):
   full, memory = _full_and_memory(model, params, source, target_in)
   cache = models.init_cache(model.config, 2, 10)
   # Prefill 4 positions of both rows, with garbage in row 0's slots 2-3 (as a rejected Jacobi guess).
+  # Its guessed slots at wrong positions too, which the rewrite must replace (relative keys read them).
   garbage = target_in.at[0, 2:4].set(7)
   zeros = jnp.zeros((2,), jnp.int32)
-  _, _, cache = _decode(model, params, garbage[:, :4], jnp.tile(jnp.arange(4), (2, 1)),
+  garbage_positions = jnp.tile(jnp.arange(4), (2, 1)).at[0, 2:4].add(5)
+  _, _, cache = _decode(model, params, garbage[:, :4], garbage_positions,
                         models.cache_causal_mask(zeros, 4, 10), memory, cache, zeros)
   # Then 3 positions per row at offsets [2, 4]: row 0 rewrites slots 2-4, row 1 continues at 4-6.
   offsets = jnp.array([2, 4])
@@ -141,8 +143,57 @@ def test_relative_keys_start_at_zero_and_then_change_the_model():
   assert set(models.init_cache(plain.config, 2, 6)) == {'k', 'v'}  # no cache leaf a plain model does not need
 
 
+def test_relative_scores_enter_before_the_scaling():
+  """HRT Eq. 4: softmax(q (K^T + R) / sqrt(d)) V, the relative score scaled with the key's, written out."""
+  rng = np.random.default_rng(1)
+  query, key, value = (rng.standard_normal((1, 2, 1, 4)).astype(np.float32) for _ in range(3))  # [B, T, H, D]
+  relative = rng.standard_normal((1, 1, 2, 2)).astype(np.float32)  # [B, H, T, K]
+  mask = np.ones((1, 1, 2, 2), bool)
+  got = layers.dot_product_attention(jnp.asarray(query), jnp.asarray(key), jnp.asarray(value), jnp.asarray(mask),
+                                     relative_scores=jnp.asarray(relative))
+  scores = (np.einsum('td,kd->tk', query[0, :, 0], key[0, :, 0]) + relative[0, 0]) / 2.0  # sqrt(4)
+  weights = np.exp(scores) / np.exp(scores).sum(-1, keepdims=True)
+  np.testing.assert_allclose(np.asarray(got)[0, :, 0], weights @ value[0, :, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_relative_keys_in_bfloat16_follow_float32():
+  """In bfloat16 activations (decode.py --dtype bfloat16) a model with relative keys decodes step by step as
+  its own full pass does, and close to float32."""
+  config = tiny_model_config(relative_key_distance=2)
+  model, params = random_model(6, config)
+  params = with_random_relative_keys(params, 6)
+  half = models.Transformer(config.replace(dtype='bfloat16'))
+  source = jnp.array([[5, 6, 7, 8, 1]])
+  target_in = jnp.array([[2, 9, 10, 11, 12]])
+  full32 = model.apply({'params': params}, source, target_in)
+  full16, memory = _full_and_memory(half, params, source, target_in)
+  cache = models.init_cache(half.config, 1, 5)
+  for t in range(5):
+    offsets = jnp.full((1,), t)
+    logits, _, cache = _decode(half, params, target_in[:, t:t + 1], offsets[:, None],
+                               models.cache_causal_mask(offsets, 1, 5), memory, cache, offsets)
+    np.testing.assert_allclose(logits[:, 0], full16[:, t], atol=2e-2, rtol=2e-2)
+  np.testing.assert_allclose(full16, full32, atol=0.1, rtol=0.05)
+
+
+def test_a_cache_without_positions_is_a_clear_error_for_relative_keys():
+  model, params = random_model(0, tiny_model_config(relative_key_distance=2))
+  source = jnp.array([[5, 6, 1]])
+  _, memory = _full_and_memory(model, params, source, jnp.array([[2, 9]]))
+  cache = {key: value for key, value in models.init_cache(model.config, 1, 4).items() if key != 'positions'}
+  with pytest.raises(ValueError, match="'positions'"):
+    _decode(model, params, jnp.array([[2]]), jnp.zeros((1, 1), jnp.int32), models.cache_causal_mask(
+        jnp.zeros((1,), jnp.int32), 1, 4), memory, cache, jnp.zeros((1,), jnp.int32))
+
+
 @pytest.mark.parametrize('value', [-1, 1.5, True, '4'])
 def test_relative_key_distance_must_be_a_whole_number(value):
   from fastmt.config import ModelConfig
   with pytest.raises(ValueError, match='relative_key_distance'):
     ModelConfig(vocab_size=10, relative_key_distance=value)
+
+
+def test_relative_key_distance_takes_a_numpy_integer():
+  from fastmt.config import ModelConfig
+  config = ModelConfig(vocab_size=10, relative_key_distance=np.int64(3))
+  assert config.relative_key_distance == 3 and '"relative_key_distance": 3' in config.to_json()
