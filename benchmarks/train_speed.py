@@ -2,6 +2,8 @@ r"""Training speed of objectives side by side: the same batches, one process, co
 
     python benchmarks/train_speed.py --workdir runs/quickstart \
         --configs at=configs/interleaved.py:at,ib=configs/interleaved.py:ib,ib_sa=configs/interleaved.py:ib_sa
+    python benchmarks/train_speed.py --workdir runs/quickstart \
+        --configs hrt=configs/hrt.py:k2,hrt_rpr=configs/hrt.py:k2,rpr     # commas inside an argument are kept
 
 Each config's model is initialised and its train step compiled for every batch shape first; then every repeat
 times `--steps` optimiser steps of each config in a rotated order, on the same training batches (the
@@ -14,6 +16,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -53,7 +56,8 @@ def main():
   parser.add_argument('--output', default=None, help='JSON file for the results.')
   args = parser.parse_args()
 
-  specs = [item.split('=', 1) for item in args.configs.split(',')]
+  # Items split at the commas before a 'name=': a config argument may hold commas itself (configs/hrt.py:k2,rpr).
+  specs = [item.split('=', 1) for item in re.split(r',(?=[\w.-]+=)', args.configs)]
   scratch = tempfile.mkdtemp()
   shutil.copyfile(os.path.join(args.workdir, 'spm.model'), os.path.join(scratch, 'spm.model'))
   runs = {}
