@@ -44,6 +44,14 @@ def write_at_offsets(cache: jax.Array, new: jax.Array, offsets: jax.Array) -> ja
   return jax.vmap(write_row)(cache, new, offsets)
 
 
+def select_positions(x: jax.Array, slots: jax.Array) -> jax.Array:
+  """x [B, T, ...] at some of its T positions: slots int [P], the same for every row, or [B, P], per row."""
+  if slots.ndim == 1:
+    return x[:, slots]
+  index = slots.reshape(slots.shape + (1,) * (x.ndim - 2))
+  return jnp.take_along_axis(jnp.broadcast_to(x, slots.shape[:1] + x.shape[1:]), index, axis=1)
+
+
 # Key/value layouts of the two attention kinds, as einsum subscripts (b batch, k key, h head, d depth).
 # Self-attention caches keep their slots on axis 1, where every decoder writes and counts them. The
 # cross-attention memory is stored the way XLA's CPU batched matmul reads it, so that decoder steps stop
@@ -120,8 +128,8 @@ class MultiHeadAttention(nn.Module):
     """x [B, K, E] -> (keys, values) in MEMORY_LAYOUT [B, H, D, K]: computed once per source."""
     return tuple(jnp.transpose(y, (0, 2, 3, 1)) for y in self.project_kv(x))
 
-  def __call__(self, x, mask, kv=None, cache=None, write_offsets=None, positions=None):
-    """Attends from x [B, T, E].
+  def __call__(self, x, mask, kv=None, cache=None, write_offsets=None, positions=None, query_slots=None):
+    """Attends from x [B, T, E] (self-attention with query_slots: from those positions only).
 
     kv: precomputed (keys, values) [B, H, D, K] from project_memory (cross-attention); None means
       self-attention over x.
@@ -129,9 +137,17 @@ class MultiHeadAttention(nn.Module):
       and the queries attend over all M slots, as `mask` [B, T, M] allows.
     positions: (query positions [B, T], key positions [B, K]) where relative_distance > 0: the keys' are the
       cache slots' (K = M) or x's own (K = T).
+    query_slots: optional int [P] or [B, P] (select_positions): every position of x is a key and a value
+      (written to the cache), only these are queries; the output is [B, P, E].
     Returns (output [B, T, E], updated cache or None).
     """
-    query = self.query(x)
+    if query_slots is not None:
+      if kv is not None:
+        raise ValueError('query_slots is for self-attention; cross-attention attends from the x it is given')
+      mask = select_positions(mask, query_slots)
+      if positions is not None:
+        positions = (select_positions(positions[0], query_slots), positions[1])
+    query = self.query(x if query_slots is None else select_positions(x, query_slots))
     if kv is not None:
       out = dot_product_attention(query, kv[0], kv[1], mask[:, None], self.dtype, MEMORY_LAYOUT)
       return self.out(out), cache

@@ -21,7 +21,8 @@ import jax.numpy as jnp
 from fastmt import quantize
 from fastmt.config import ModelConfig
 from fastmt.data.tokenizer import PAD_ID
-from fastmt.layers import FeedForward, MultiHeadAttention, sinusoidal_positions, write_at_offsets
+from fastmt.layers import (FeedForward, MultiHeadAttention, select_positions, sinusoidal_positions,
+                           write_at_offsets)
 
 # {'k': per-layer [B, M, H, D], 'v': per-layer [B, M, H, D]}, and with relative position keys
 # (config.relative_key_distance) 'positions': int32 [B, M], the position each slot's token was embedded at.
@@ -85,9 +86,13 @@ class DecoderLayer(nn.Module):
     return self.cross_attention.project_memory(encoded)
 
   def __call__(self, x, self_mask, cross_kv, cross_mask, cache, write_offsets, deterministic: bool,
-               positions=None):
+               positions=None, query_slots=None):
+    """x [B, T, E] -> [B, T, E], or with query_slots [B, P, E]: only those positions go on past the
+    self-attention's keys and values (Transformer.decode's last layer, where logits are wanted at a few)."""
     h, cache = self.self_attention(self.self_norm(x), self_mask, cache=cache, write_offsets=write_offsets,
-                                   positions=positions)
+                                   positions=positions, query_slots=query_slots)
+    if query_slots is not None:
+      x = select_positions(x, query_slots)
     x = x + self.dropout(h, deterministic=deterministic)
     h, _ = self.cross_attention(self.cross_norm(x), cross_mask, kv=cross_kv)
     x = x + self.dropout(h, deterministic=deterministic)
@@ -149,7 +154,8 @@ class Transformer(nn.Module):
     return {'k': tuple(k for k, _ in kvs), 'v': tuple(v for _, v in kvs), 'mask': source != PAD_ID}
 
   def decode(self, tokens, positions, self_mask, memory: Memory, cache: Cache | None = None,
-             write_offsets=None, deterministic: bool = True, return_logits: bool = True, directions=None):
+             write_offsets=None, deterministic: bool = True, return_logits: bool = True, directions=None,
+             query_slots=None):
     """One decoder call over T target positions.
 
     Args:
@@ -160,8 +166,13 @@ class Transformer(nn.Module):
       return_logits: False skips the tied output projection (logits None) for callers that project the
         hidden states themselves (the clustered projection).
       directions: int [B, T] direction ids, for models with direction embeddings (config.num_directions).
+      query_slots: optional int [P] (every row) or [B, P] (per row): logits and hidden only at these of the T
+        positions. Every position still goes through every layer as a key and value (and into the cache);
+        the last layer computes the rest of its work (queries, cross-attention, FFN) only at these, so a
+        call that needs a few positions' logits, as HRT's stage II, pays less for the others.
     Returns:
-      logits float32 [B, T, V], hidden [B, T, E] (final-LayerNorm output), updated cache (or None).
+      logits float32 [B, T, V], hidden [B, T, E] (final-LayerNorm output), updated cache (or None); [B, P, ...]
+      with query_slots.
     """
     x = self._embed(tokens, positions, deterministic, self._decoder_directions(tokens, directions))
     cross_mask = memory['mask'][:, None, :]
@@ -175,10 +186,11 @@ class Transformer(nn.Module):
           write_at_offsets(cache['positions'], positions, write_offsets)
       relative = (positions, key_positions)
     new_k, new_v = [], []
+    last = len(self.decoder_layers) - 1
     for i, layer in enumerate(self.decoder_layers):
       layer_cache = None if cache is None else (cache['k'][i], cache['v'][i])
       x, layer_cache = layer(x, self_mask, (memory['k'][i], memory['v'][i]), cross_mask, layer_cache,
-                             write_offsets, deterministic, relative)
+                             write_offsets, deterministic, relative, query_slots if i == last else None)
       if layer_cache is not None:
         new_k.append(layer_cache[0])
         new_v.append(layer_cache[1])

@@ -111,10 +111,11 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None, outpu
     rows_projected = tokens.shape[0] * (tokens.shape[1] if project is None else project.shape[-1])
     int8_projection = isinstance(output_projection, dict)
     transposed = output_projection is not None and (rows_projected > 1 or int8_projection)
+    # With `project`, the decoder's last layer computes only those positions (their keys and values still
+    # come from every position): HRT's stage II needs half its slots, the draft model W of 2W + 1.
     _, hidden, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache, write_offsets,
-                                   return_logits=False, directions=directions, method=models.Transformer.decode)
-    if project is not None:
-      hidden = hidden[:, project] if project.ndim == 1 else jnp.take_along_axis(hidden, project[..., None], 1)
+                                   return_logits=False, directions=directions, query_slots=project,
+                                   method=models.Transformer.decode)
     if clusters is not None:
       logits, _ = projection.clustered_logits(hidden, quantize.float_embedding(params), clusters)
     elif int8_projection:

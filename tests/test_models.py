@@ -1,5 +1,6 @@
 """The model's decoder step: cached == uncached, multi-position writes at per-row offsets, positions of any sign."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -197,3 +198,29 @@ def test_relative_key_distance_takes_a_numpy_integer():
   from fastmt.config import ModelConfig
   config = ModelConfig(vocab_size=10, relative_key_distance=np.int64(3))
   assert config.relative_key_distance == 3 and '"relative_key_distance": 3' in config.to_json()
+
+
+@pytest.mark.parametrize('relative_distance,per_row', [(0, False), (0, True), (2, False), (2, True)])
+def test_query_slots_give_the_full_calls_logits_at_those_positions(relative_distance, per_row):
+  """decode(query_slots=...) runs the last layer at a few positions only (HRT's stage II, the draft model):
+  their logits and the cache equal the full call's, over a cache with earlier slots and a bidirectional mask."""
+  model, params = _model(8, relative_distance)
+  rng = np.random.default_rng(8)
+  source = jnp.array(rng.integers(4, 40, (2, 5)))
+  tokens = jnp.array(rng.integers(4, 40, (2, 6)))
+  _, memory = _full_and_memory(model, params, source, tokens)
+  zeros = jnp.zeros((2,), jnp.int32)
+  _, _, cache = _decode(model, params, tokens[:, :2], jnp.tile(jnp.arange(2), (2, 1)),
+                        models.cache_causal_mask(zeros, 2, 8), memory, models.init_cache(model.config, 2, 8), zeros)
+  offsets = jnp.array([2, 1])
+  positions = offsets[:, None] + jnp.arange(6)
+  mask = jnp.broadcast_to(jnp.arange(8)[None, None, :] < (offsets + 6)[:, None, None], (2, 6, 8))
+  full, _, full_cache = _decode(model, params, tokens, positions, mask, memory, cache, offsets)
+  slots = jnp.array([[0, 3, 5], [4, 1, 2]]) if per_row else jnp.array([1, 3, 4])
+  some, hidden, some_cache = model.apply({'params': params}, tokens, positions, mask, memory, cache, offsets,
+                                         query_slots=slots, method=models.Transformer.decode)
+  expected = full[:, slots] if not per_row else jnp.take_along_axis(full, slots[..., None], 1)
+  assert some.shape == (2, 3, model.config.vocab_size) and hidden.shape == (2, 3, model.config.emb_dim)
+  np.testing.assert_allclose(some, expected, atol=1e-4, rtol=1e-4)
+  for a, b in zip(jax.tree_util.tree_leaves(some_cache), jax.tree_util.tree_leaves(full_cache)):
+    np.testing.assert_allclose(a, b, atol=1e-5)
