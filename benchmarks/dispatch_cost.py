@@ -22,6 +22,7 @@ import numpy as np
 
 from fastmt import bench, roofline, workdir as workdir_lib
 from fastmt.data import corpus
+from fastmt.data.tokenizer import PAD_ID
 from fastmt.translate import TranslationStats
 
 
@@ -42,7 +43,7 @@ def main():
     batches.append((text, source, caps))
   # The executable's arguments after the source and caps, as Translator.decode_batch passes them (the last:
   # no earlier outputs to draft from).
-  recent = np.zeros((translator.recent_size,), np.int32) if translator.recent_size else None
+  recent = np.full((translator.recent_size,), PAD_ID, np.int32) if translator.recent_size else None
   rest = (translator.clusters, translator.draft_table, translator.output_projection, translator.drafter, recent)
   encode = roofline._encode_fn(translator.config)  # pylint: disable=protected-access
 

@@ -45,7 +45,8 @@ def write_at_offsets(cache: jax.Array, new: jax.Array, offsets: jax.Array) -> ja
 
 
 def select_positions(x: jax.Array, slots: jax.Array) -> jax.Array:
-  """x [B, T, ...] at some of its T positions: slots int [P], the same for every row, or [B, P], per row."""
+  """x [B, T, ...] at some of its T positions: slots int [P], the same for every row, or [B, P], per row (an x
+  of batch 1, such as a mask shared by the rows, is broadcast to the slots' B)."""
   if slots.ndim == 1:
     return x[:, slots]
   index = slots.reshape(slots.shape + (1,) * (x.ndim - 2))
@@ -139,12 +140,13 @@ class MultiHeadAttention(nn.Module):
       cache slots' (K = M) or x's own (K = T).
     query_slots: optional int [P] or [B, P] (select_positions): every position of x is a key and a value
       (written to the cache), only these are queries; the output is [B, P, E].
-    Returns (output [B, T, E], updated cache or None).
+    Returns (output [B, T, E], or [B, P, E] with query_slots; updated cache or None).
     """
     if query_slots is not None:
       if kv is not None:
         raise ValueError('query_slots is for self-attention; cross-attention attends from the x it is given')
-      mask = select_positions(mask, query_slots)
+      # One mask row per query (a mask broadcast over the queries, [B, 1, K], is widened first).
+      mask = select_positions(jnp.broadcast_to(mask, mask.shape[:1] + x.shape[1:2] + mask.shape[2:]), query_slots)
       if positions is not None:
         positions = (select_positions(positions[0], query_slots), positions[1])
     query = self.query(x if query_slots is None else select_positions(x, query_slots))

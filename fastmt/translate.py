@@ -112,7 +112,7 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None, outpu
     int8_projection = isinstance(output_projection, dict)
     transposed = output_projection is not None and (rows_projected > 1 or int8_projection)
     # With `project`, the decoder's last layer computes only those positions (their keys and values still
-    # come from every position): HRT's stage II needs half its slots, the draft model W of 2W + 1.
+    # come from every position): HRT's stage II needs (k - 1) / k of its slots, the draft model W of 2W + 1.
     _, hidden, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache, write_offsets,
                                    return_logits=False, directions=directions, query_slots=project,
                                    method=models.Transformer.decode)

@@ -249,7 +249,8 @@ def test_stage_two_on_the_used_length_equals_the_full_pass(m, k, lengths, relati
   """fill_masks_bucketed runs stage II over the longest row's bucket only (for m = 40: 17 tokens in the branch
   of 24, 24 in its own): the same tokens and scores as the pass over every stage-I slot (masked slots never
   see PAD slots), on a random model; a row of 0 tokens is a padding row (beam search's)."""
-  from conftest import model_step, random_model, tiny_model_config, with_random_relative_keys  # pylint: disable=g-import-not-at-top
+  from conftest import (model_step, random_model, tiny_model_config,  # pylint: disable=g-import-not-at-top
+                        with_random_relative_keys)
   from fastmt import models  # pylint: disable=g-import-not-at-top
   from fastmt.decoding import hrt as two_pass  # pylint: disable=g-import-not-at-top
   model, params = random_model(3, tiny_model_config(relative_key_distance=relative))

@@ -224,3 +224,10 @@ def test_query_slots_give_the_full_calls_logits_at_those_positions(relative_dist
   np.testing.assert_allclose(some, expected, atol=1e-4, rtol=1e-4)
   for a, b in zip(jax.tree_util.tree_leaves(some_cache), jax.tree_util.tree_leaves(full_cache)):
     np.testing.assert_allclose(a, b, atol=1e-5)
+  # A mask broadcast over the queries ([B, 1, K]) selects as its widened self.
+  shared = jnp.broadcast_to(jnp.arange(8) < 7, (2, 1, 8))
+  full, _, _ = _decode(model, params, tokens, positions, shared, memory, cache, offsets)
+  some, _, _ = model.apply({'params': params}, tokens, positions, shared, memory, cache, offsets,
+                           query_slots=slots, method=models.Transformer.decode)
+  expected = full[:, slots] if not per_row else jnp.take_along_axis(full, slots[..., None], 1)
+  np.testing.assert_allclose(some, expected, atol=1e-4, rtol=1e-4)

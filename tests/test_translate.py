@@ -359,7 +359,6 @@ def test_an_independent_hand_written_greedy_gives_the_same_tokens(model_parts):
   assert output_tokens > 2 * len(lines)  # real translations, not rows that stop at once
 
 
-
 def test_the_dispatch_cost_script_calls_the_translators_executable_as_decode_batch_does(trained_workdir, capsys,
                                                                                         monkeypatch):
   """benchmarks/dispatch_cost.py (BENCHMARKS section 1) calls Translator's compiled executable directly, past
@@ -375,6 +374,7 @@ def test_the_dispatch_cost_script_calls_the_translators_executable_as_decode_bat
   for way in ('device_put, own cap', 'host arrays, cap 1', 'encoder + memory alone', 'translate(), batch 1'):
     assert way in out
   assert 'the Python around the call' in out
+
 
 GENESIS = [line.rstrip('\n') for line in open(REPO / 'tests/data/genesis.en', encoding='utf-8')][:40]
 
