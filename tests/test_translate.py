@@ -126,6 +126,9 @@ def test_projecting_some_positions_equals_those_positions_of_the_full_logits(mod
     full = call()
     for project in ([0, 2, 3], [4]):
       np.testing.assert_allclose(call(project=np.array(project)), full[:, project], rtol=1e-5, atol=1e-5)
+    per_row = np.array([[4, 0], [1, 3], [2, 2]][:rows])  # the draft model's: other positions in every row
+    np.testing.assert_allclose(call(project=per_row), np.take_along_axis(full, per_row[..., None], 1),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_a_source_at_the_maximum_length_still_matches_greedy(model_parts):

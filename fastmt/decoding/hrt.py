@@ -50,8 +50,8 @@ def fill_masks(step_fn: DecoderStepFn, cache, skip_tokens: jax.Array, k: int, ma
   visible = x != PAD_ID  # every real slot sees every other
   mask = jnp.broadcast_to(visible[:, None, :], (rows, length, length))
   positions = jnp.broadcast_to(jnp.arange(1, length + 1, dtype=jnp.int32), (rows, length))
-  # Logits at the masks only (the first k - 1 slots of every chunk): the output projection is most of this
-  # call's cost, and the stage-I slots already hold their tokens.
+  # Logits at the masks only (the first k - 1 slots of every chunk): the stage-I slots already hold their
+  # tokens, and fastmt's step function then runs its last layer and the output projection at the masks alone.
   slots = np.flatnonzero(~chunks.is_chunk_last(length, k))
   logits, _ = step_fn(x, positions, mask, fresh, jnp.zeros((rows,), jnp.int32), project=slots)
   best = best_tokens(logits)  # on the logits: greedy needs no softmax

@@ -30,8 +30,8 @@ class DecoderStepFn(Protocol):
         write_offsets[b] .. write_offsets[b] + T - 1.
       write_offsets: int32 [B].
       project: optional int32 [P], the same for every row, or [B, P], per row: logits only for these of the T
-        new positions (HRT's stage II needs them at its masks only; the output projection is most of a wide
-        call's cost).
+        new positions (HRT's stage II needs them at its masks only; fastmt's step function, make_step_fn,
+        then runs the last decoder layer and the output projection at those positions alone).
         Decoders that never pass it may be given step functions without it.
     Returns:
       (logits float32 [B, T, V], or [B, P, V] with `project`; updated cache).
