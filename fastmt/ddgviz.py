@@ -70,10 +70,11 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
     mask_id = settings.draft_mask_id if settings.draft_mask_id is not None else translator.settings.draft_mask_id
     if mask_id is None:
       raise FastmtError("--drafter self needs a Translator for a selfdraft model (it resolves the <mask> id)")
-  draft_settings = None  # --drafter model: the translator's settings carry the drafter's shape and <mask> id
-  if settings.algorithm == 'spec' and settings.drafter == 'model':
+  draft_settings = None  # --drafter model / int8: the translator's settings carry the drafter's shape (and <mask>)
+  if settings.algorithm == 'spec' and settings.drafter in ('model', 'int8'):
     if translator.drafter is None:
-      raise FastmtError('--drafter model needs a Translator with a drafter model (draft_model=)')
+      raise FastmtError(f'--drafter {settings.drafter} needs a Translator with that drafter '
+                        + ('(draft_model=)' if settings.drafter == 'model' else '(settings with drafter=\'int8\')'))
     draft_settings = translator.settings
   # The translator's own projection (E^T for multi-position calls), so the trace is of the same computation.
   result, trace = _traced_decode(translator.params, jnp.asarray(src), jnp.asarray(row_caps), draft_table,
@@ -115,7 +116,7 @@ def _traced_decode(params, source, row_caps, draft_table, output_projection, dra
                               drafter=jacobi.ngram_drafter(source) if lookup else None,  # --drafter ngram
                               draft_model=None if draft_settings is None else draft_model_for(
                                   drafter, source, source.shape[0], max_len, draft_settings,
-                                  config.vocab_size))  # --drafter model
+                                  config.vocab_size, encoded))  # --drafter model or int8
 
 
 def _cells(trace: SentenceTrace):

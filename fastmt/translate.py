@@ -32,7 +32,7 @@ import numpy as np
 
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from fastmt import kernels, models, objectives, projection, quantize
+from fastmt import kernels, models, objectives, precision, projection, quantize
 from fastmt.objectives import hrt as hrt_objective
 from fastmt.objectives import selfdraft
 from fastmt.config import ModelConfig
@@ -64,9 +64,11 @@ class DecodeSettings:
   chunk_size: int = 0  # --algorithm hrt: k; 0 = the model's (the only one it was trained for)
   nat_beam_size: int = 1  # --algorithm hrt: Skip-AT hypotheses that stage II fills (b_nat <= b_at = beam_size)
   hrt_symbols: tuple[int, int] | None = None  # (<mask>, <bos_k>) ids: resolved by Translator, never by hand
-  drafter: str = 'self'  # --algorithm spec: 'self' (the model's <mask> slots), 'ngram', 'model', 'bigram' or 'pad'
+  # --algorithm spec: 'self' (the model's <mask> slots), 'ngram', 'model', 'int8' (the model's own int8 copy,
+  # drafting autoregressively), 'bigram' or 'pad'
+  drafter: str = 'self'
   draft_mask_id: int | None = None  # --drafter self / model: the (drafter's) <mask> id, resolved by Translator
-  draft_model_config: ModelConfig | None = None  # --drafter model: the drafter's shape, set by Translator
+  draft_model_config: ModelConfig | None = None  # --drafter model / int8: the drafter's shape, set by Translator
   # --drafter ngram: also look up the last ngram_memory tokens of the outputs of the sentences translated before
   # (in the same call of translate / iter_ids: one input stream); 0 = the row's own output and source only.
   ngram_memory: int = 0
@@ -193,7 +195,8 @@ def decode_source_batch(params, source, row_caps, clusters=None, draft_table=Non
   draft_table: int32 [V] next-token guesses for settings.jacobi_init='bigram' (decoding/drafts.py).
   output_projection: optional float32 [E, V] (make_step_fn).
   drafter: --drafter model: {'params', 'output_projection'} of the drafter (settings.draft_model_config's
-    shape); it encodes the source itself (it shares nothing with the model but the vocabulary).
+    shape); it encodes the source itself (it shares nothing with the model but the vocabulary). --drafter
+    int8: the same of the model's int8 copy, which reads the model's own encoding of the source.
   recent: --drafter ngram with settings.ngram_memory: int32 [ngram_memory], the outputs of the sentences
     translated before this batch (drafts.remember_outputs), searched for drafts.
   """
@@ -209,25 +212,45 @@ def decode_source_batch(params, source, row_caps, clusters=None, draft_table=Non
   extra = {'source': source} if algorithm.uses_source(settings) else {}
   if algorithm.uses_recent_outputs(settings):
     extra['recent'] = recent
-  if algorithm.uses_draft_model(settings):
-    extra['draft_model'] = draft_model_for(drafter, source, batch, max_len, settings, config.vocab_size)
+  if algorithm.uses_draft_model(settings) or registry.drafts_with_int8_copy(settings):
+    extra['draft_model'] = draft_model_for(drafter, source, batch, max_len, settings, config.vocab_size, encoded)
   return algorithm.run(make_step_fn(model, params, memory, clusters, output_projection), cache, batch, max_len,
                        settings, draft_table, row_caps, **extra)
 
 
-def draft_model_for(drafter, source, batch: int, max_len: int, settings: DecodeSettings,
-                    vocab_size: int) -> draft_model_lib.DraftModel:
-  """The separate drafter of --drafter model: its own encoding of the source, its step function, its cache;
-  drafts restricted to the model's vocabulary (vocab_size)."""
+def draft_model_for(drafter, source, batch: int, max_len: int, settings: DecodeSettings, vocab_size: int,
+                    encoded=None) -> draft_model_lib.DraftModel:
+  """The drafter of --drafter model or int8: its step function and cache; drafts restricted to the model's
+  vocabulary (vocab_size).
+
+  --drafter model: a separate selfdraft model, which encodes the source itself. --drafter int8: the model's own
+  int8 copy, drafting autoregressively; it reads `encoded` (the model's float encoding of the source, already
+  computed) through its own int8 cross-attention projections, so the sentence pays one encoder, not two.
+  """
   config = settings.draft_model_config
   model = models.Transformer(config)
   variables = {'params': drafter['params']}
-  memory = model.apply(variables, model.apply(variables, source, method=models.Transformer.encode), source,
-                       method=models.Transformer.memory)
+  int8_copy = registry.drafts_with_int8_copy(settings)
+  if not int8_copy:
+    encoded = model.apply(variables, source, method=models.Transformer.encode)
+  memory = model.apply(variables, encoded, source, method=models.Transformer.memory)
   width = min(settings.block_size, max_len)
   cache = models.init_cache(config, batch, draft_model_lib.cache_slots(max_len, width))
-  return draft_model_lib.DraftModel(make_step_fn(model, drafter['params'], memory, None, drafter['output_projection']),
-                                    cache, settings.draft_mask_id, vocab_size)
+  step_fn = make_step_fn(model, drafter['params'], memory, None, drafter['output_projection'])
+  if int8_copy:
+    return draft_model_lib.DraftModel(step_fn, cache, None, vocab_size, autoregressive=True)
+  return draft_model_lib.DraftModel(step_fn, cache, settings.draft_mask_id, vocab_size)
+
+
+def int8_drafter_of(config: ModelConfig, params) -> tuple[ModelConfig, dict]:
+  """--drafter int8: (config, {'params', 'output_projection'}) of the model's own int8 copy (fastmt.quantize's
+  'int8' scheme, float32 activations), the drafter of its speculative decoding. A model that is already 8-bit
+  has no float output to be exact to: a clear error."""
+  if config.quantization:
+    raise FastmtError(f'--drafter int8 drafts with an int8 copy of a float model; this model is already '
+                      f'{config.quantization}: decode it with greedy (its own int8 greedy output)')
+  int8_config, int8_params = precision.for_inference(config.replace(dtype='float32'), params, 'int8')
+  return int8_config, {'params': int8_params, 'output_projection': transposed_output_layout(int8_params)}
 
 
 def check_draft_model(draft_model, tokenizer: Tokenizer) -> None:
@@ -337,6 +360,10 @@ class Translator:
                                      draft_model_config=draft_model.config)
     elif draft_model is not None:
       raise FastmtError('a drafter model drafts for --algorithm spec --drafter model only')
+    int8_drafter = None
+    if registry.drafts_with_int8_copy(settings):
+      int8_config, int8_drafter = int8_drafter_of(config, params)
+      settings = dataclasses.replace(settings, draft_model_config=int8_config)
     self.config, self.tokenizer, self.settings, self.objective = config, tokenizer, settings, objective
     self.checkpoint_step = checkpoint_step
     if registry.needs_draft_table(settings) and draft_table is None:
@@ -359,6 +386,8 @@ class Translator:
     if uses_draft_model:  # the drafter projects W positions per row (its causal slot, W - 1 masks): E^T's case
       self.drafter = jax.device_put({'params': draft_model.params,
                                      'output_projection': transposed_output_layout(draft_model.params)}, replicated)
+    elif int8_drafter is not None:
+      self.drafter = jax.device_put(int8_drafter, replicated)
     # --drafter ngram's memory of earlier outputs (tokens; 0 = none): one more input of every compiled decoder.
     self.recent_size = settings.ngram_memory if registry.get(settings.algorithm).uses_recent_outputs(settings) else 0
     self._decode = jax.jit(functools.partial(decode_source_batch, config=config, settings=settings))

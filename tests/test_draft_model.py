@@ -172,3 +172,83 @@ def test_a_drafter_of_another_objective_or_vocabulary_is_a_clear_error_before_de
     check_draft_model(SimpleNamespace(objective='selfdraft', tokenizer=_Vocabulary(same_or_extended),
                                       config=SimpleNamespace(vocab_size=len(same_or_extended))),
                       _Vocabulary(['<pad>', 'a', 'b']))
+
+
+def _uncached_continuation(model, params, source, prefix, count):
+  """The model's greedy continuation of prefix (BOS first), count tokens, each from a full uncached pass."""
+  tokens = list(prefix)
+  for _ in range(count):
+    logits = model.apply({'params': params}, source, jnp.array([tokens]))
+    tokens.append(int(jnp.argmax(logits[0, -1])))
+  return tokens[len(prefix):]
+
+
+def test_each_autoregressive_draft_is_the_drafters_uncached_greedy_continuation():
+  """draft_autoregressive chained as the decoder chains it: each call the verifier accepts the first
+  accepted - 1 drafts and commits a token of its own after them (1 .. W tokens; W = 4: 3 real drafts per call,
+  a whole window included). At every call the drafts equal the drafter's own greedy continuation of the
+  committed prefix computed without a cache, so the cache invariant holds across calls."""
+  width = 4
+  model, params = random_model(5)
+  source = jnp.array([[4, 5, 6, 7, EOS_ID]])
+  drafter = draft_model.DraftModel(model_step(model, params, source), None, None, autoregressive=True)
+  cache = models.init_cache(model.config, 1, draft_model.cache_slots(20, width))
+  outputs, drafts = [], None  # what the verifier committed; the last call's drafts
+  for accepted in (0, 1, 4, 2, 4, 1, 3):  # the first call drafts from BOS alone
+    if accepted:
+      outputs += drafts[0, :accepted - 1].tolist() + [A + len(outputs) % 5]
+    tokens = jnp.array([[BOS_ID] + outputs + [PAD_ID] * (24 - len(outputs))])
+    drafts, cache = draft_model.draft_autoregressive(drafter, cache, tokens, jnp.array([len(outputs)]), width)
+    expected = _uncached_continuation(model, params, source, [BOS_ID] + outputs, width - 1)
+    assert drafts.shape == (1, width)
+    assert drafts[0, :width - 1].tolist() == expected, f'committed {len(outputs)}'
+    assert int(drafts[0, -1]) == expected[-1]  # the column never compared repeats the last draft
+
+
+@pytest.mark.parametrize('batch', [1, 3])
+def test_the_verifier_as_its_own_autoregressive_drafter_accepts_every_window(batch):
+  """A drafter identical to the verifier drafts exactly its greedy tokens: every call commits W tokens (the
+  last call of a row fewer), ceil(greedy's calls / W) calls per row, and the output is greedy's; rows of a
+  batch end at their own EOS or cap."""
+  model, params = random_model(21)
+  rng = np.random.default_rng(batch)
+  source = jnp.array(np.concatenate([rng.integers(4, 40, (batch, 6)), np.full((batch, 1), EOS_ID)], 1))
+  eos_after = rng.integers(3, 14, batch)
+  step_fn = model_step(model, params, source, eos_after)
+  max_len = 16
+  caps = jnp.array(rng.integers(4, max_len + 1, batch)) if batch > 1 else None
+  expected = greedy.greedy_search(step_fn, models.init_cache(model.config, batch, max_len), batch, max_len, caps)
+  for width in (2, 3, 5):
+    drafter = draft_model.DraftModel(step_fn, models.init_cache(model.config, batch,
+                                                                draft_model.cache_slots(max_len, width)),
+                                     None, model.config.vocab_size, autoregressive=True)
+    out = jacobi.pgj_decode(step_fn, models.init_cache(model.config, batch, max_len + width), batch, max_len,
+                            width, row_caps=caps, draft_model=drafter)
+    np.testing.assert_array_equal(out.tokens, expected.tokens, err_msg=f'W={width}')
+    np.testing.assert_array_equal(out.decoder_calls, -(-np.asarray(expected.decoder_calls) // width),
+                                  err_msg=f'W={width}')
+
+
+@pytest.mark.parametrize('seed', range(2))
+def test_a_random_autoregressive_drafter_gives_the_verifiers_greedy_output(seed):
+  """Exact whatever an autoregressive drafter drafts: a random drafter of another shape, ids past the verifier's
+  vocabulary never drafted, windows of 2, 3 and 5, rows with their own caps."""
+  verifier, verifier_params = random_model(50 + seed)
+  small = tiny_model_config(emb_dim=16, num_decoder_layers=1, num_encoder_layers=1, mlp_dim=32, vocab_size=48)
+  drafter, drafter_params = random_model(60 + seed, small)
+  rng = np.random.default_rng(seed)
+  batch, max_len = 4, 16
+  source = rng.integers(4, 40, (batch, 9))
+  source[:, 6], source[:, 7:] = EOS_ID, PAD_ID
+  step_fn = model_step(verifier, verifier_params, jnp.array(source), rng.integers(1, 20, batch))
+  caps = jnp.array(rng.integers(0, max_len + 1, batch))
+  expected = greedy.greedy_search(step_fn, models.init_cache(verifier.config, batch, max_len), batch, max_len, caps)
+  for width in (2, 3, 5):
+    drafts = draft_model.DraftModel(model_step(drafter, drafter_params, jnp.array(source)),
+                                    models.init_cache(small, batch, draft_model.cache_slots(max_len, width)),
+                                    None, verifier.config.vocab_size, autoregressive=True)
+    out, trace = jacobi.pgj_decode(step_fn, models.init_cache(verifier.config, batch, max_len + width), batch,
+                                   max_len, width, row_caps=caps, draft_model=drafts, return_trace=True)
+    np.testing.assert_array_equal(out.tokens, expected.tokens, err_msg=f'W={width}')
+    assert (np.asarray(out.decoder_calls) <= np.asarray(expected.decoder_calls)).all()
+    assert (np.asarray(trace.inputs) < verifier.config.vocab_size).all()

@@ -123,6 +123,33 @@ def test_exact_parallel_decoders_equal_int8_greedy(int8_parts, algorithm, option
   assert sum(p != g for p, g in zip(parallel, greedy)) <= 1
 
 
+@pytest.fixture(scope='module')
+def float_parts(trained_workdir):
+  config = workdir_lib.load_model_config(trained_workdir)
+  params, _ = workdir_lib.restore_params(trained_workdir, config)
+  return config, params, workdir_lib.load_tokenizer(trained_workdir)
+
+
+def test_the_int8_drafter_gives_the_float_models_greedy_output(float_parts):
+  """--drafter int8: the model's own int8 copy drafts, the float model verifies, so the output is the float
+  model's greedy output (not int8 greedy's), at batch 4 and 1, with fewer verification calls."""
+  greedy, greedy_stats = Translator(*float_parts).translate(GENESIS, batch_size=4)
+  for width in (2, 4):
+    translator = Translator(*float_parts, DecodeSettings('spec', drafter='int8', block_size=width))
+    assert translator.settings.draft_model_config.quantization == 'int8'
+    at_4, stats = translator.translate(GENESIS, batch_size=4)
+    at_1, _ = translator.translate(GENESIS, batch_size=1)
+    assert at_4 == greedy and at_1 == greedy, f'W={width}'
+    assert stats.decoder_calls < greedy_stats.decoder_calls
+
+
+def test_the_int8_drafter_of_an_int8_model_or_with_a_drafter_model_is_a_clear_error(int8_parts, float_parts):
+  with pytest.raises(FastmtError, match='already int8: decode it with greedy'):
+    Translator(*int8_parts, DecodeSettings('spec', drafter='int8'))
+  with pytest.raises(FastmtError, match='drafts for --algorithm spec --drafter model only'):
+    Translator(*float_parts, DecodeSettings('spec', drafter='int8'), draft_model=object())
+
+
 @pytest.mark.parametrize('transposed_output', [True, False])
 def test_int8_greedy_and_beam_translate_every_line_at_any_batch(int8_parts, transposed_output):
   for settings in (DecodeSettings('greedy'), DecodeSettings('beam', beam_size=2)):

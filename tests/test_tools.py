@@ -49,6 +49,8 @@ def test_well_formed_bench_methods_still_parse():
   assert (settings.drafter, settings.ngram_memory, settings.ngram_pool) == ('ngram', 2048, 2)
   assert (bench.parse_method('spec:2+pad+pool')[1].drafter, bench.parse_method('spec:2+pad+pool')[1].ngram_pool) == \
       ('pad', 1)
+  label, settings, dtype = bench.parse_method('spec:6+int8')  # the model's int8 copy drafts; it decodes in float32
+  assert (label, settings.drafter, settings.block_size, dtype) == ('spec:6+int8', 'int8', 6, 'float32')
 
 
 def test_positional_arguments_are_refused_by_every_tool():

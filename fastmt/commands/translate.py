@@ -56,7 +56,9 @@ def define_flags():
   flags.DEFINE_enum('drafter', 'self', list(registry.DRAFTERS), '--algorithm spec: who guesses the next window: '
                     'self (the model\'s own <mask> slots, in the verifying call; a selfdraft model), model (a '
                     'separate small selfdraft model with the same vocabulary: --drafter_workdir), ngram (what '
-                    'followed the last two tokens earlier in the output or the source; any model), bigram or pad. '
+                    'followed the last two tokens earlier in the output or the source; any model), int8 (the '
+                    'model\'s own int8 copy drafts W - 1 tokens one by one; any float model, no training), bigram '
+                    'or pad. '
                     'The output equals greedy\'s whatever the drafter.')
   flags.DEFINE_integer('ngram_memory', 0, '--drafter ngram: also draft from the last N tokens of the outputs of '
                        'the input\'s earlier sentences (names and phrases a text repeats; 0 = the sentence\'s own '

@@ -25,6 +25,10 @@ so that the others see the block they were trained with. The output projection r
 positions only (DecoderStepFn's per-row `project`). The drafter's cost is its encoder once per sentence
 plus one call per iteration; it is counted in every timing (the bench), not in `decoder_calls` (the
 verifier's calls, as for every decoder here).
+
+An autoregressive drafter (DraftModel.autoregressive; `--drafter int8`: the verifier's own int8 copy, built by
+fastmt.translate, no training) instead drafts by W - 1 causal calls of its own after every commit
+(draft_autoregressive), its greedy continuation of the committed prefix.
 """
 
 import dataclasses
@@ -40,11 +44,14 @@ from fastmt.decoding.step import DecoderStepFn, best_tokens, causal_window_mask
 class DraftModel:
   step_fn: DecoderStepFn  # over the drafter's parameters and its own encoding of the source
   cache: Any  # the drafter's cache: cache_slots(max_length, W) slots
-  mask_id: int  # the drafter's <mask>
+  mask_id: int | None  # the drafter's <mask> (None for an autoregressive drafter)
   # The verifier's vocabulary size: drafts are restricted to its ids. A drafter's vocabulary may extend the
   # verifier's (fastmt's reserved symbols appended to an older vocabulary), and an id the verifier has no
   # embedding for must never reach it. None = the drafter's whole vocabulary.
   vocab_size: int | None = None
+  # An autoregressive drafter (draft_autoregressive: W - 1 causal steps after every commit, e.g. the model's
+  # own int8 copy, `--drafter int8`) instead of a selfdraft model's <mask> slots.
+  autoregressive: bool = False
 
 
 def cache_slots(max_length: int, width: int) -> int:
@@ -86,7 +93,43 @@ def draft_logits(model: DraftModel, cache: Any, tokens: jax.Array, start: jax.Ar
 
 def draft(model: DraftModel, cache: Any, tokens: jax.Array, start: jax.Array, accepted: jax.Array,
           width: int) -> tuple[jax.Array, Any]:
-  """draft_logits' argmax within the verifier's vocabulary: (drafts int32 [B, W] for outputs start + accepted
-  .., updated cache)."""
+  """The drafter's argmax within the verifier's vocabulary: (drafts int32 [B, W] for outputs start + accepted
+  .., updated cache); draft_logits' for a selfdraft drafter, draft_autoregressive's for an autoregressive one."""
+  if model.autoregressive:
+    return draft_autoregressive(model, cache, tokens, start + accepted, width)
   logits, cache = draft_logits(model, cache, tokens, start, accepted, width)
   return best_tokens(logits[..., :model.vocab_size]), cache
+
+
+def draft_autoregressive(model: DraftModel, cache: Any, tokens: jax.Array, committed: jax.Array,
+                         width: int) -> tuple[jax.Array, Any]:
+  """An autoregressive drafter's greedy continuation of the committed outputs: (drafts int32 [B, W] for
+  outputs committed .. committed + W - 1, updated cache).
+
+  Only the first W - 1 drafts are real: a verification call of width W feeds the last committed token and W - 1
+  guesses (jacobi.commit compares W - 1), so the last column repeats the one before it. W - 1 drafter calls:
+  * the first over 2 positions, inputs c - 1 and c (c = committed; tokens[i] is output i - 1, BOS at 0),
+    written at slots c - 1 and c: the logits of slot c are the draft of output c. Slot c - 1 is written again
+    because the previous iteration's drafting stopped one slot short of it when the whole window was accepted;
+    rewriting a slot whose input and context are final gives it the same keys and values. At c = 0 both
+    inputs sit at slots 0 and 1 and slot 0's logits are used (BOS; slot 1 is rewritten before it is read);
+  * then W - 2 calls of one position, each feeding the draft just made.
+  Invariant: after a call the slots 0 .. c hold the final inputs 0 .. c (those after them hold drafts, which the
+  causal mask of the next call hides until they are written again). The drafts are the drafter's greedy
+  tokens given the verifier's committed prefix; the verifier's commit rule keeps the output its own greedy.
+  """
+  cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
+  offset = jnp.maximum(committed - 1, 0)  # [B]
+  pair = jax.vmap(lambda row, at: jax.lax.dynamic_slice(row, (at,), (2,)))(tokens, offset)
+  positions = offset[:, None] + jnp.arange(2)[None, :]
+  last = (committed - offset)[:, None]  # [B, 1]: the slot whose logits draft output c (1, or 0 at c = 0)
+  logits, cache = model.step_fn(pair, positions, causal_window_mask(offset, 2, cache_length), cache, offset,
+                                project=last)
+  drafts = [best_tokens(logits[:, 0, :model.vocab_size])]
+  for j in range(1, width - 1):  # unrolled: W is small and static
+    at = committed + j
+    logits, cache = model.step_fn(drafts[-1][:, None], at[:, None], causal_window_mask(at, 1, cache_length),
+                                  cache, at)
+    drafts.append(best_tokens(logits[:, 0, :model.vocab_size]))
+  drafts.append(drafts[-1])  # never compared: the window feeds W - 1 guesses
+  return jnp.stack(drafts, axis=1).astype(jnp.int32), cache

@@ -261,9 +261,10 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
       cache then needs max_length + 2 * block_size slots.
     drafter: a PrefixDrafter (e.g. ngram_drafter): after every commit, its drafts of the next window replace
       Jacobi's guesses where it finds any. Not with mask_id.
-    draft_model: a separate drafter model (fastmt/decoding/draft_model.py) whose drafts are the guesses of
-      every window, the first included; its cache needs draft_model.cache_slots(max_length, block_size)
-      slots. Not with mask_id or drafter.
+    draft_model: a separate drafter model (fastmt/decoding/draft_model.py: a selfdraft model's <mask> slots, or
+      an autoregressive drafter such as the model's own int8 copy) whose drafts are the guesses of every
+      window, the first included; its cache needs draft_model.cache_slots(max_length, block_size) slots. Not
+      with mask_id or drafter.
     trajectory_pool: 1 or 2: keep a trajectory pool keyed on that many tokens (drafts.TrajectoryPool; lookahead
       decoding's n-grams from the window's own predictions, verified or not) and draft from it; 0 = none. Not
       with mask_id or draft_model.

@@ -111,9 +111,15 @@ _jacobi_cache = lambda width: (lambda max_len, s: max_len + min(width(s, max_len
 # Speculative decoding's drafters: 'self' = the model's own <mask> slots (selfdraft objective), 'ngram' =
 # prompt lookup in the row's own output and its source (drafts.lookup_drafts; where nothing matches, Jacobi's
 # own guesses, with the bigram chain if there is a table), 'model' = a separate small selfdraft model with the
-# same vocabulary (decoding/draft_model.py; its own encoder, decoder and cache), 'bigram' and 'pad' = PGJ's
-# guesses (a draft table; PAD).
-DRAFTERS = ('self', 'ngram', 'model', 'bigram', 'pad')
+# same vocabulary (decoding/draft_model.py; its own encoder, decoder and cache), 'int8' = the model's own int8
+# copy (fastmt.quantize), drafting W - 1 tokens autoregressively after every commit (no training; it reads the
+# model's encoding of the source), 'bigram' and 'pad' = PGJ's guesses (a draft table; PAD).
+DRAFTERS = ('self', 'ngram', 'model', 'int8', 'bigram', 'pad')
+
+
+def drafts_with_int8_copy(settings) -> bool:
+  """--algorithm spec --drafter int8: the Translator builds the drafter (the model's int8 copy) itself."""
+  return settings.algorithm == 'spec' and settings.drafter == 'int8'
 
 
 def _check_spec(settings):
@@ -141,6 +147,8 @@ def uses_draft_table(settings) -> bool:
 def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None, draft_model=None, recent=None):
   if s.drafter == 'model' and draft_model is None:
     raise FastmtError('--drafter model needs a drafter model (decode.py --drafter_workdir; draft_model= in fastmt)')
+  if s.drafter == 'int8' and draft_model is None:
+    raise FastmtError('--drafter int8 needs the model\'s int8 copy, which a Translator builds (fastmt.Translator)')
   mask_id = None
   if s.drafter == 'self':
     if s.draft_mask_id is None:
