@@ -33,7 +33,6 @@ import time
 from absl import app, flags
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from fastmt import models, translate, workdir as workdir_lib
 from fastmt.data import corpus
@@ -81,14 +80,6 @@ def part_loop(params, output_projection, drafter, source, *, config, settings, p
   return jax.lax.fori_loop(0, calls, body, start)[0]
 
 
-def padded_source(ids):
-  bucket = next(b for b in translate.SOURCE_BUCKETS if b >= len(ids) + 1)
-  source = np.zeros((1, bucket), np.int32)
-  source[0, :len(ids)] = ids
-  source[0, len(ids)] = EOS_ID
-  return source
-
-
 def width_report(config, params, tokenizer, texts, width: int, calls: int, repeats: int) -> dict:
   settings = translate.DecodeSettings('spec', block_size=width, drafter='int8')
   translator = translate.Translator(config, params, tokenizer, settings)
@@ -99,7 +90,8 @@ def width_report(config, params, tokenizer, texts, width: int, calls: int, repea
   totals = {name: [] for name in names}
   iterations = {'greedy': 0, 'spec': 0}
   for text in texts:
-    source = padded_source(tokenizer.encode([text])[0])
+    # the padded source of a one-sentence batch, as the Translator makes it (its bucket; EOS appended)
+    _, source, _ = next(translator.batches(translator.encode_sources([text], translate.TranslationStats()), 1))
     runs = {part: functools.partial(loop, translator.params, translator.output_projection, translator.drafter,
                                     source) for part, loop in loops.items()}
     runs.update(greedy=lambda: greedy.decode_batch(source), spec=lambda: translator.decode_batch(source))
