@@ -138,9 +138,9 @@ def main(argv):
     print(f"W = {row['width']}: ms per call: {calls}; over a step: verify {row['over_step']['verify']:.2f}, "
           f"draft {row['over_step']['draft']:.2f}, iteration {row['over_step']['both']:.2f} (tokens per call "
           f"needed to match greedy: {row['tokens_per_step']:.2f})")
-    print(f"  per sentence: greedy {row['ms_per_sentence']['greedy']:.2f} ms, spec {row['ms_per_sentence']['spec']:.2f} "
-          f"ms ({row['iterations_per_sentence']['spec']:.2f} iterations; {row['speedup_measured']:.3f}x greedy); the "
-          f"loop model's spec {row['loop_model_ms']:.2f} ms")
+    ms, iterations = row['ms_per_sentence'], row['iterations_per_sentence']['spec']
+    print(f"  per sentence: greedy {ms['greedy']:.2f} ms, spec {ms['spec']:.2f} ms ({iterations:.2f} iterations; "
+          f"{row['speedup_measured']:.3f}x greedy); the loop model's spec {row['loop_model_ms']:.2f} ms")
   print(json.dumps(report, indent=1))
   if FLAGS.output:
     with open(FLAGS.output, 'w') as f:

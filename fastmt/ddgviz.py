@@ -72,8 +72,8 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
       raise FastmtError("--drafter self needs a Translator for a selfdraft model (it resolves the <mask> id)")
   draft_settings = None  # --drafter model / int8: the translator's settings carry the drafter's shape (and <mask>)
   if settings.algorithm == 'spec' and settings.drafter in ('model', 'int8'):
-    if translator.drafter is None:
-      raise FastmtError(f'--drafter {settings.drafter} needs a Translator with that drafter '
+    if translator.drafter is None or translator.settings.drafter != settings.drafter:  # its drafter is what runs
+      raise FastmtError(f'--drafter {settings.drafter} needs a Translator built with that drafter '
                         + ('(draft_model=)' if settings.drafter == 'model' else '(settings with drafter=\'int8\')'))
     draft_settings = translator.settings
   # The translator's own projection (E^T for multi-position calls), so the trace is of the same computation.

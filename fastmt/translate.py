@@ -248,7 +248,7 @@ def int8_drafter_of(config: ModelConfig, params) -> tuple[ModelConfig, dict]:
   has no float output to be exact to: a clear error."""
   if config.quantization:
     raise FastmtError(f'--drafter int8 drafts with an int8 copy of a float model; this model is already '
-                      f'{config.quantization}: decode it with greedy (its own int8 greedy output)')
+                      f'{config.quantization}: decode it with greedy, or spec with --drafter ngram, bigram or pad')
   int8_config, int8_params = precision.for_inference(config.replace(dtype='float32'), params, 'int8')
   return int8_config, {'params': int8_params, 'output_projection': transposed_output_layout(int8_params)}
 

@@ -129,6 +129,15 @@ def trained_workdir(tmp_path_factory, tiny_config):
   return workdir
 
 
+@pytest.fixture(scope='session')
+def trained_float_parts(trained_workdir):
+  """(config, params, tokenizer) of trained_workdir's latest checkpoint: a Translator's first arguments."""
+  from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  config = workdir_lib.load_model_config(trained_workdir)
+  params, _ = workdir_lib.restore_params(trained_workdir, config)
+  return config, params, workdir_lib.load_tokenizer(trained_workdir)
+
+
 @pytest.fixture
 def rng():
   return np.random.default_rng(0)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import VOCAB, model_step, one_hot_logits, random_model, select_positions, stub_cache, tiny_model_config
-from fastmt import models
+from fastmt import models, precision, translate
 from fastmt.decoding import draft_model, greedy, jacobi
 from fastmt.decoding.step import BOS_ID, EOS_ID, PAD_ID
 from fastmt.objectives import selfdraft
@@ -183,26 +183,40 @@ def _uncached_continuation(model, params, source, prefix, count):
   return tokens[len(prefix):]
 
 
-def test_each_autoregressive_draft_is_the_drafters_uncached_greedy_continuation():
-  """draft_autoregressive chained as the decoder chains it: each call the verifier accepts the first
-  accepted - 1 drafts and commits a token of its own after them (1 .. W tokens; W = 4: 3 real drafts per call,
-  a whole window included). At every call the drafts equal the drafter's own greedy continuation of the
-  committed prefix computed without a cache, so the cache invariant holds across calls."""
+@pytest.mark.parametrize('precision_', ['float32', 'int8'])
+def test_each_autoregressive_draft_is_the_drafters_uncached_greedy_continuation(precision_):
+  """draft_autoregressive chained as the decoder chains it, two rows at their own committed lengths: each call
+  the verifier accepts the first accepted - 1 drafts of a row and commits a token of its own after them (1 .. W
+  tokens; W = 4: 3 real drafts per call, whole windows included). At every call each row's drafts equal the
+  drafter's greedy continuation of that row's committed prefix computed without a cache, so the cache
+  invariant holds across calls and rows. The drafter runs through translate.make_step_fn (per-row projected
+  slots), as a float model and as the int8 copy the Translator builds."""
   width = 4
   model, params = random_model(5)
-  source = jnp.array([[4, 5, 6, 7, EOS_ID]])
-  drafter = draft_model.DraftModel(model_step(model, params, source), None, None, autoregressive=True)
-  cache = models.init_cache(model.config, 1, draft_model.cache_slots(20, width))
-  outputs, drafts = [], None  # what the verifier committed; the last call's drafts
-  for accepted in (0, 1, 4, 2, 4, 1, 3):  # the first call drafts from BOS alone
-    if accepted:
-      outputs += drafts[0, :accepted - 1].tolist() + [A + len(outputs) % 5]
-    tokens = jnp.array([[BOS_ID] + outputs + [PAD_ID] * (24 - len(outputs))])
-    drafts, cache = draft_model.draft_autoregressive(drafter, cache, tokens, jnp.array([len(outputs)]), width)
-    expected = _uncached_continuation(model, params, source, [BOS_ID] + outputs, width - 1)
-    assert drafts.shape == (1, width)
-    assert drafts[0, :width - 1].tolist() == expected, f'committed {len(outputs)}'
-    assert int(drafts[0, -1]) == expected[-1]  # the column never compared repeats the last draft
+  source = jnp.array([[4, 5, 6, 7, EOS_ID], [9, 8, 7, EOS_ID, PAD_ID]])
+  if precision_ == 'int8':  # the Translator's drafter: the int8 copy, its int8 output layout
+    int8_config, params = precision.for_inference(model.config, params, 'int8')
+    model = models.Transformer(int8_config)
+  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+  memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+  step_fn = translate.make_step_fn(model, params, memory, None, translate.transposed_output_layout(params))
+  drafter = draft_model.DraftModel(step_fn, None, None, autoregressive=True)  # the real path: per-row project
+  cache = models.init_cache(model.config, 2, draft_model.cache_slots(20, width))
+  outputs, drafts = [[], []], None  # what the verifier committed per row; the last call's drafts
+  accepts = [(0, 1, 4, 2, 4, 1, 3), (0, 4, 4, 1, 2, 3, 1)]  # the first call drafts from BOS alone
+  for call in range(len(accepts[0])):
+    for row in range(2):
+      accepted = accepts[row][call]
+      if accepted:
+        outputs[row] += drafts[row, :accepted - 1].tolist() + [A + len(outputs[row]) % 5]
+    tokens = jnp.array([[BOS_ID] + out + [PAD_ID] * (24 - len(out)) for out in outputs])
+    drafts, cache = draft_model.draft_autoregressive(drafter, cache, tokens, jnp.array([len(o) for o in outputs]),
+                                                     width)
+    assert drafts.shape == (2, width)
+    for row in range(2):
+      expected = _uncached_continuation(model, params, source[row:row + 1], [BOS_ID] + outputs[row], width - 1)
+      assert drafts[row, :width - 1].tolist() == expected, f'row {row}, committed {len(outputs[row])}'
+      assert int(drafts[row, -1]) == expected[-1]  # the column never compared repeats the last draft
 
 
 @pytest.mark.parametrize('batch', [1, 3])

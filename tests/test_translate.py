@@ -379,25 +379,20 @@ def test_the_dispatch_cost_script_calls_the_translators_executable_as_decode_bat
   assert 'the Python around the call' in out
 
 
-
-def test_the_spec_cost_script_times_every_part_and_both_decoders(trained_workdir):
+def test_the_spec_cost_script_times_every_part_and_both_decoders(trained_float_parts):
   """benchmarks/spec_cost.py (BENCHMARKS section 7, the int8 drafter) runs on the tiny model: every part of an
   iteration, both whole decoders, one row per width."""
   spec = importlib.util.spec_from_file_location('spec_cost', REPO / 'benchmarks/spec_cost.py')
   script = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(script)
-  report = [script.width_report(*_float_model(trained_workdir), texts=['In the beginning', 'And God said'], width=w,
-                                calls=4, repeats=1) for w in (2, 3)]
-  for row in report:
+  for width in (2, 3):
+    row = script.width_report(*trained_float_parts, texts=['In the beginning', 'And God said'], width=width,
+                              calls=4, repeats=1)
     assert set(row['ms_per_call']) == {'step', 'verify', 'draft', 'both'}
     assert row['iterations_per_sentence']['spec'] < row['iterations_per_sentence']['greedy']
-    assert row['ms_per_sentence']['greedy'] > 0 and row['loop_model_ms'] > 0
+    # timings only: on a loaded machine a difference of two of them may have either sign
+    assert row['ms_per_sentence']['greedy'] > 0 and np.isfinite(row['loop_model_ms'])
 
-
-def _float_model(workdir):
-  config = workdir_lib.load_model_config(workdir)
-  params, _ = workdir_lib.restore_params(workdir, config)
-  return config, params, workdir_lib.load_tokenizer(workdir)
 
 GENESIS = [line.rstrip('\n') for line in open(REPO / 'tests/data/genesis.en', encoding='utf-8')][:40]
 

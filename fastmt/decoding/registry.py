@@ -31,7 +31,9 @@ class Algorithm:
   # With it, run also takes recent= int32 [M]: the outputs of the sentences translated before this batch
   # (drafts.remember_outputs), for drafts that copy from them.
   uses_recent_outputs: Callable[[Any], bool] = lambda settings: False
-  # With it, run also takes draft_model= a decoding.draft_model.DraftModel (a separate drafter's step and cache).
+  # With it, run also takes draft_model= a decoding.draft_model.DraftModel (a separate drafter's step and cache):
+  # a drafter model the caller loads (--drafter model). spec's int8 copy also arrives as draft_model=, built by
+  # the Translator itself (drafts_with_int8_copy), so this stays False for it.
   uses_draft_model: Callable[[Any], bool] = lambda settings: False
 
 
@@ -293,8 +295,9 @@ def check_drafter(settings, objective: str) -> None:
   """A clear error where _drafter_fits does not hold."""
   if not _drafter_fits(settings, objective):
     raise FastmtError(f"--drafter self needs a model trained with the selfdraft objective (configs/selfdraft.py); "
-                      f"this model was trained with {objective!r}: use --drafter ngram (any model, no training), model (a "
-                      "separate drafter: --drafter_workdir), bigram or pad")
+                      f"this model was trained with {objective!r}: use --drafter ngram (any model, no training), "
+                      "int8 (its own int8 copy, no training), model (a separate drafter: --drafter_workdir), bigram or "
+                      "pad")
 
 
 def check_objective(algorithm: str, objective: str) -> None:
