@@ -149,6 +149,16 @@ def test_the_int8_drafter_gives_the_float_models_greedy_output(trained_float_par
   assert ids(translator, 4) == greedy and ids(translator, 1) == greedy
 
 
+def test_the_int8_drafter_of_a_bfloat16_model_gives_its_bfloat16_greedy_output(trained_float_parts):
+  """A bfloat16 model's int8 copy is quantized from its bfloat16 weights; the bfloat16 model verifies."""
+  config, params = precision.for_inference(*trained_float_parts[:2], 'bfloat16')
+  tokenizer = trained_float_parts[2]
+  ids = lambda translator: [row.tolist() for row in translator.translate_ids(GENESIS, batch_size=4)[0]]
+  spec = Translator(config, params, tokenizer, DecodeSettings('spec', drafter='int8', block_size=3))
+  assert spec.settings.draft_model_config.quantization == 'int8'
+  assert ids(spec) == ids(Translator(config, params, tokenizer))
+
+
 def test_the_int8_drafter_of_an_int8_model_or_with_a_drafter_model_is_a_clear_error(int8_parts, trained_float_parts):
   with pytest.raises(FastmtError, match='already int8: decode it with greedy, or spec with --drafter ngram'):
     Translator(*int8_parts, DecodeSettings('spec', drafter='int8'))
