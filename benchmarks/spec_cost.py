@@ -8,7 +8,8 @@ For each of the first --sentences test sentences (its own source bucket and outp
 decodes) one jitted loop of --calls iterations is timed per part, compile time excluded, --repeats rotated
 rounds, the median per sentence averaged over the sentences:
   none     the float encoder and cross-attention keys/values alone (subtracted from the others; the int8
-           copy's own keys/values, once per loop, count in draft and both)
+           copy's own keys/values, once per loop, count in draft and both; draft alone does not use the float
+           keys/values, a negligible difference over a loop's calls)
   step     one-position calls of the float model (greedy's step)
   verify   W-wide calls of the float model
   draft    draft_autoregressive's W - 1 int8 calls
@@ -71,7 +72,7 @@ def part_loop(params, output_projection, drafter, source, *, config, settings, p
       window = jnp.broadcast_to(token[:, None], (1, width))
       positions = at[:, None] + jnp.arange(width)[None, :]
       logits, cache = step_fn(window, positions, causal_window_mask(at, width, cache_length), cache, at)
-      token = best_tokens(logits[:, -1])
+      token = jnp.max(best_tokens(logits), axis=1)  # every position's argmax is used, as the commit rule does
     return token, cache, draft_cache
 
   if part == 'none':  # the float encoder and cross-attention keys/values alone

@@ -141,12 +141,16 @@ def test_the_int8_drafter_gives_the_float_models_greedy_output(trained_float_par
     assert translator.settings.draft_model_config.quantization == 'int8'
     assert ids(translator, 4) == greedy and ids(translator, 1) == greedy, f'W={width}'
     assert translator.translate_ids(GENESIS_40, batch_size=4)[1].decoder_calls < greedy_calls / (0.8 * width)
+  own_copy_calls = Translator(*trained_float_parts, DecodeSettings('spec', drafter='int8', block_size=3)
+                              ).translate_ids(GENESIS_40, batch_size=4)[1].decoder_calls
   other = random_model(7, config)[1]
   assert ids(Translator(config, other, tokenizer), 4) != greedy
   real_copy = translate.int8_drafter_of
   monkeypatch.setattr(translate, 'int8_drafter_of', lambda config, params: real_copy(config, other))
   translator = Translator(*trained_float_parts, DecodeSettings('spec', drafter='int8', block_size=3))
   assert ids(translator, 4) == greedy and ids(translator, 1) == greedy
+  # the other copy's drafts are what the calls were fed: worse drafts, more calls
+  assert translator.translate_ids(GENESIS_40, batch_size=4)[1].decoder_calls > own_copy_calls
 
 
 def test_the_int8_drafter_of_a_bfloat16_model_gives_its_bfloat16_greedy_output(trained_float_parts):
