@@ -530,3 +530,37 @@ def test_the_table_reads_each_rows_factorisation_from_results_json(tmp_path):
   assert table.slots_of(str(tmp_path), 'im_kd', {}) == (4, 1)
   # the ideal: AT's encoder + calls at step_cost(1) over the model's encoder + calls at step_cost(z)
   assert table.ideal_speedup(1.0, 30, 15, {1: 0.2, 2: 0.3}, 2) == pytest.approx((1 + 6) / (1 + 4.5))
+
+
+@pytest.mark.xdist_group('interleaved_model')
+def test_the_iteration_cost_scripts_bare_loop_makes_the_decoders_own_calls(interleaved_workdir, trained_workdir):
+  """benchmarks/iteration_cost.py's bare loop (BENCHMARKS section 5) stands for a decoder's calls and nothing
+  else: after n calls its inputs are what the decoder feeds its (n + 1)-th call, greedy's n-th token and ib's
+  n-th step of z words in the reordered layout."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  from fastmt import bench  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import TranslationStats  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location('iteration_cost', REPO / 'benchmarks/iteration_cost.py')
+  script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(script)
+  line = 'And God called the light Day, and the darkness he called Night.'
+  for workdir, method in ((trained_workdir, 'greedy'), (interleaved_workdir[0], 'ib')):
+    translator = bench.build_translators(workdir, [method])[0][method]
+    ids = translator.encode_sources([line], TranslationStats())[0]
+    source = script.padded(translator, ids)
+    out = translator.decode_batch(source, np.array([translator.row_cap(len(ids))], np.int32))
+    calls, tokens = int(out.loop_iterations), np.asarray(out.tokens[0])
+    loop = script.bare_loop(translator, source.shape[1])
+    if method == 'greedy':
+      expected = [tokens[n - 1:n] for n in range(1, calls + 1)]
+    else:
+      layout = translator.settings.interleaving
+      words = int(np.argmax(tokens == EOS_ID)) if (tokens == EOS_ID).any() else len(tokens)
+      reordered = np.asarray(order.reorder(layout, jnp.asarray(tokens[None]), jnp.array([words]), calls))[0]
+      z = layout.slots  # the last step may hold EOS where the layout would not: the full steps before it
+      expected = [reordered[(n - 1) * z:n * z] for n in range(1, calls)]
+    assert len(expected) >= 2, (method, calls)  # the check needs a few calls
+    for n, want in enumerate(expected, 1):
+      got = np.asarray(loop(translator.params, translator.output_projection, source, np.int32(n)))[0]
+      np.testing.assert_array_equal(got, want, err_msg=f'{method}, after {n} calls')
+  assert script.bare_loop(bench.build_translators(trained_workdir, ['pgj:3'])[0]['pgj:3'], 16) is None
