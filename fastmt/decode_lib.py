@@ -6,6 +6,7 @@ first lines appear before the last are read. Scoring is automatic with a referen
 (`speed_sentences`) is opt-in, since it decodes those sentences again.
 """
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -120,10 +121,14 @@ def _same_file(written: str, other: str, other_dash) -> bool:
 def check_paths(input_path: str, output_path: str, reference_path: str | None = None,
                 metrics_path: str | None = None, errors: str = 'strict') -> None:
   """Everything decode.py can check about its files before it loads a model: inputs exist, outputs can be
-  written, no output is an input or another output (opening it for writing would erase what it holds), and a
-  reference file has as many lines as the input and, with errors='strict', valid UTF-8."""
+  written, no output is an input or another output (opening it for writing would erase what it holds), an
+  input file (not a stream) has valid UTF-8 with errors='strict', and a reference file has as many lines as
+  the input and, with errors='strict', valid UTF-8."""
   check_input_path(input_path)
   check_output_path(output_path)
+  if errors == 'strict' and os.path.isfile(input_path):
+    for _ in iter_lines(input_path, 'strict'):  # invalid UTF-8 now, naming the line, not after hours of decoding
+      pass
   if input_path == '-' and reference_path == '-':
     raise FastmtError('--input and --reference both read stdin (-): give the reference as a file')
   if metrics_path == '-' and output_path == '-':
@@ -461,8 +466,9 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
   """decode.py's job: input file (or '-') -> output file (or '-'), in order, streamed; a report.
 
   Holds the hypotheses only when scoring (strings, not tensors) and the first speed_sentences sources. Paths are
-  checked first (check_paths); the output file is opened when the first translation is written, so an error
-  before it (bad UTF-8 in the first chunk, a bad setting) leaves an existing output file as it was.
+  checked first (check_paths). An output file is written through a temporary file beside it and takes its name
+  only when every line is translated (replaced_on_success): a run that fails part way (invalid UTF-8 on line
+  10,000 of stdin, Ctrl-C) leaves an existing output file as it was.
   """
   check_paths(input_path, output_path, reference_path, errors=input_errors)
   check_bleu_tokenize(bleu_tokenize)
@@ -485,28 +491,14 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
       yield line
 
   total = count_lines(input_path)
-  out = None
-
-  def write(line):
-    nonlocal out
-    if out is None:
-      out = sys.stdout if output_path == '-' else open(output_path, 'w', encoding='utf-8')  # pylint: disable=consider-using-with
-    out.write(line + '\n')
-
-  try:
-    stats, wall, words, hypotheses = translate_stream(translator, remembered(lines), write, batch_size, total,
-                                                      keep=reference_path is not None,
-                                                      show_progress=show_progress)
-    if out is None:  # no input lines: the output is an empty file
-      write_lines(output_path, [])
-    else:
-      out.flush()
-  finally:
-    if out is not None and out is not sys.stdout:
-      out.close()
-  if total is not None and stats.sentences != total:
-    raise FastmtError(f'{input_path} had {total} lines when decoding began but {stats.sentences} were translated: '
-                      'the file changed while it was read')
+  with replaced_on_success(output_path) as out:
+    stats, wall, words, hypotheses = translate_stream(translator, remembered(lines),
+                                                      lambda line: out.write(line + '\n'), batch_size, total,
+                                                      keep=reference_path is not None, show_progress=show_progress)
+    out.flush()
+    if total is not None and stats.sentences != total:
+      raise FastmtError(f'{input_path} had {total} lines when decoding began but {stats.sentences} were translated: '
+                        'the file changed while it was read')
   reference_counts = InputCounts()
   scores = None
   if reference_path is not None:
@@ -524,6 +516,36 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
       outputs_at_cap=stats.outputs_at_cap, unreadable_inputs=stats.unreadable_inputs, wall_s=wall,
       padding_rows=stats.padding_rows,
       replaced_input_lines=input_counts.replaced_lines, replaced_reference_lines=reference_counts.replaced_lines)
+
+
+@contextlib.contextmanager
+def replaced_on_success(path: str):
+  """A text stream to write `path` through: a temporary file in its directory, renamed to `path` only when the
+  block ends without an error; on an error (or Ctrl-C) the temporary file is removed and whatever `path` held
+  before is untouched, not replaced by half a translation. '-' is stdout, written as it comes; so is a path
+  that exists and is not a regular file (/dev/null, a named pipe). A symbolic link keeps pointing where it
+  did: the file it points to is replaced."""
+  if path == '-':
+    yield sys.stdout
+    return
+  if os.path.exists(path) and not os.path.isfile(path):
+    with open(path, 'w', encoding='utf-8') as f:
+      yield f
+    return
+  target = os.path.realpath(path)
+  directory, name = os.path.split(target)
+  handle, temporary = tempfile.mkstemp(dir=directory, prefix=f'.{name}.', suffix='.partial')
+  try:
+    with os.fdopen(handle, 'w', encoding='utf-8') as f:
+      yield f
+    umask = os.umask(0)  # the mode open() would give a new file (mkstemp's is 0600)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)
+    os.replace(temporary, target)
+  except BaseException:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+    raise
 
 
 def write_lines(path: str, lines) -> None:

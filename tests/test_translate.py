@@ -675,7 +675,7 @@ def test_translate_file_counts_replaced_utf8_reads_streams_and_leaves_the_output
   hyp.write_text('kept\n', encoding='utf-8')
   with pytest.raises(ValueError, match='src.txt:1: invalid UTF-8'):
     decode_lib.translate_file(translator, str(src), str(hyp), show_progress=False)
-  assert hyp.read_text(encoding='utf-8') == 'kept\n'  # an error before the first translation leaves it alone
+  assert hyp.read_text(encoding='utf-8') == 'kept\n'  # a failed run leaves it alone
   report = decode_lib.translate_file(translator, str(src), str(hyp), str(ref), batch_size=2, input_errors='replace',
                                      show_progress=False)
   assert (report.replaced_input_lines, report.replaced_reference_lines, report.sentences) == (2, 1, 3)
@@ -701,7 +701,50 @@ def test_translate_file_counts_replaced_utf8_reads_streams_and_leaves_the_output
     decode_lib.translate_file(translator, str(src), str(hyp), input_errors='replace', tag_direction='en_xx',
                               show_progress=False)
   with pytest.raises(ValueError, match='batch_size must be >= 1'):
-    decode_lib.translate_file(translator, str(src), str(hyp), batch_size=0, show_progress=False)
+    decode_lib.translate_file(translator, str(src), str(hyp), batch_size=0, input_errors='replace',
+                              show_progress=False)
+
+
+def test_a_run_that_fails_part_way_leaves_the_earlier_output_file_as_it_was(model_parts, tmp_path, monkeypatch):
+  """The output file takes its name only when every line is translated: invalid UTF-8 in a later chunk of a
+  stream (a named pipe; an input file is checked whole before any work) or Ctrl-C while translating leave the
+  file that was there; a successful run replaces it, keeping a symbolic link a link."""
+  import functools  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  translator = Translator(*model_parts)
+  monkeypatch.setattr(translator, 'translate_iter',  # chunks of 2 lines: the bad line comes after a written chunk
+                      functools.partial(Translator.translate_iter, translator, chunk_sentences=2))
+  hyp = tmp_path / 'hyp.txt'
+  hyp.write_text('kept\n', encoding='utf-8')
+  fifo = tmp_path / 'fifo'
+  os.mkfifo(fifo)
+  writer = threading.Thread(target=lambda: fifo.write_bytes(b'God\nlight\nAnd God said.\n\xff broken\n'),
+                            daemon=True)
+  writer.start()
+  with pytest.raises(ValueError, match='fifo:4: invalid UTF-8'):
+    decode_lib.translate_file(translator, str(fifo), str(hyp), show_progress=False)
+  writer.join(timeout=60)
+  src = tmp_path / 'src.txt'
+  src.write_bytes(b'God\nlight\n\xff broken\n')
+  with pytest.raises(ValueError, match='src.txt:3: invalid UTF-8'):  # checked before any work
+    decode_lib.check_paths(str(src), str(hyp))
+  src.write_text('God\nlight\nAnd God said.\n', encoding='utf-8')
+
+  def interrupted(*args, **kwargs):
+    yield 'first'
+    raise KeyboardInterrupt
+  with monkeypatch.context() as m:
+    m.setattr(translator, 'translate_iter', interrupted)
+    with pytest.raises(KeyboardInterrupt):
+      decode_lib.translate_file(translator, str(src), str(hyp), show_progress=False)
+  assert hyp.read_text(encoding='utf-8') == 'kept\n'
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['fifo', 'hyp.txt', 'src.txt']  # no temporary file left
+  link = tmp_path / 'link.txt'
+  link.symlink_to(hyp)
+  report = decode_lib.translate_file(translator, str(src), str(link), show_progress=False)
+  assert report.sentences == 3 and link.is_symlink() and len(hyp.read_text(encoding='utf-8').split('\n')) == 4
+  assert oct(hyp.stat().st_mode & 0o777) != oct(0o600)  # an ordinary new file's mode, not mkstemp's
 
 
 def test_a_line_that_encodes_to_nothing_is_an_empty_input(model_parts):
