@@ -534,7 +534,14 @@ def replaced_on_success(path: str):
     return
   target = os.path.realpath(path)
   directory, name = os.path.split(target)
-  handle, temporary = tempfile.mkstemp(dir=directory, prefix=f'.{name}.', suffix='.partial')
+  try:
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f'.{name}.', suffix='.partial')
+  except OSError as e:  # a writable file in a directory we may not create files in: written in place
+    logging.warning('%s is written in place (no temporary file in %s: %s): a failed run leaves part of a '
+                    'translation there', path, directory, e.strerror or e)
+    with open(path, 'w', encoding='utf-8') as f:
+      yield f
+    return
   try:
     with os.fdopen(handle, 'w', encoding='utf-8') as f:
       yield f
