@@ -36,7 +36,7 @@ from fastmt import kernels, models, objectives, precision, projection, quantize
 from fastmt.objectives import hrt as hrt_objective
 from fastmt.objectives import selfdraft
 from fastmt.config import ModelConfig
-from fastmt.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
+from fastmt.data.tokenizer import EOS_ID, PAD_ID, Tokenizer, has_visible_text
 from fastmt.decoding import draft_model as draft_model_lib, drafts, registry
 from fastmt.decoding.greedy import DecodeOutput
 from fastmt.decoding.interleaving import Interleaving
@@ -247,8 +247,9 @@ def int8_drafter_of(config: ModelConfig, params) -> tuple[ModelConfig, dict]:
   'int8' scheme, float32 activations), the drafter of its speculative decoding. A model that is already 8-bit
   has no float output to be exact to: a clear error."""
   if config.quantization:
-    raise FastmtError(f'--drafter int8 drafts with an int8 copy of a float model; this model is already '
-                      f'{config.quantization}: decode it with greedy, or spec with --drafter ngram, bigram or pad')
+    raise FastmtError(f"drafter 'int8' (--drafter int8) drafts with an int8 copy of a float model; this model is "
+                      f"already {config.quantization}: decode it with greedy, or spec with drafter 'ngram', 'bigram' "
+                      "or 'pad'")
   int8_config, int8_params = precision.for_inference(config.replace(dtype='float32'), params, 'int8')
   return int8_config, {'params': int8_params, 'output_projection': transposed_output_layout(int8_params)}
 
@@ -293,14 +294,6 @@ def local_mesh() -> jax.sharding.Mesh:
   """A one-axis ('data') Mesh of every local device: decoding is data parallel, the model replicated."""
   return jax.make_mesh((jax.local_device_count(),), ('data',), axis_types=(jax.sharding.AxisType.Auto,),
                        devices=jax.local_devices())
-
-
-def has_visible_text(line: str) -> bool:
-  """Whether a line holds anything to translate: a character that is neither space nor invisible (Unicode's
-  format and control characters: zero-width joiners, word joiners, soft hyphens, direction marks, the byte-order
-  mark, NUL ...). SentencePiece drops some of those and encodes others as <unk>; a model given only <unk> would
-  invent a sentence, so a line without a visible character is an empty input either way."""
-  return any(ch.isprintable() and not ch.isspace() for ch in line)
 
 
 class Translator:
@@ -359,7 +352,8 @@ class Translator:
       settings = dataclasses.replace(settings, draft_mask_id=selfdraft.mask_id_of(draft_model.tokenizer),
                                      draft_model_config=draft_model.config)
     elif draft_model is not None:
-      raise FastmtError('a drafter model drafts for --algorithm spec --drafter model only')
+      raise FastmtError("a drafter model (draft_model=; decode.py --drafter_workdir) drafts for algorithm 'spec' "
+                        "with drafter 'model' only")
     int8_drafter = None
     if registry.drafts_with_int8_copy(settings):
       int8_config, int8_drafter = int8_drafter_of(config, params)

@@ -164,9 +164,9 @@ def test_the_int8_drafter_of_a_bfloat16_model_gives_its_bfloat16_greedy_output(t
 
 
 def test_the_int8_drafter_of_an_int8_model_or_with_a_drafter_model_is_a_clear_error(int8_parts, trained_float_parts):
-  with pytest.raises(FastmtError, match='already int8: decode it with greedy, or spec with --drafter ngram'):
+  with pytest.raises(FastmtError, match="already int8: decode it with greedy, or spec with drafter 'ngram'"):
     Translator(*int8_parts, DecodeSettings('spec', drafter='int8'))
-  with pytest.raises(FastmtError, match='drafts for --algorithm spec --drafter model only'):
+  with pytest.raises(FastmtError, match="drafts for algorithm 'spec' with drafter 'model' only"):
     Translator(*trained_float_parts, DecodeSettings('spec', drafter='int8'), draft_model=object())
 
 

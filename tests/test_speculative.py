@@ -455,7 +455,7 @@ def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir,
     at_model.translate(texts, algorithm='spec', drafter='model')
   with pytest.raises(FastmtError, match='selfdraft objective'):
     at_model.translate(texts, algorithm='spec', drafter='model', draft_model=trained_workdir)
-  with pytest.raises(FastmtError, match='--drafter model only'):
+  with pytest.raises(FastmtError, match="drafter 'model' only"):
     at_model.translate(texts, algorithm='spec', drafter='ngram', draft_model=workdir)
 
 

@@ -294,15 +294,15 @@ def decodes(settings, objective: str) -> bool:
 def check_drafter(settings, objective: str) -> None:
   """A clear error where _drafter_fits does not hold."""
   if not _drafter_fits(settings, objective):
-    raise FastmtError(f"--drafter self needs a model trained with the selfdraft objective (configs/selfdraft.py); "
-                      f"this model was trained with {objective!r}: use --drafter ngram (any model, no training), "
-                      "int8 (its own int8 copy, no training), model (a separate drafter: --drafter_workdir), bigram or "
-                      "pad")
+    raise FastmtError(f"drafter 'self' (--drafter self) needs a model trained with the selfdraft objective "
+                      f"(configs/selfdraft.py); this model was trained with {objective!r}: use drafter 'ngram' (any "
+                      "model, no training), 'int8' (its own int8 copy, no training), 'model' (a separate drafter: "
+                      "draft_model= in Python, --drafter_workdir in decode.py), 'bigram' or 'pad'")
 
 
 def check_objective(algorithm: str, objective: str) -> None:
   """Decoding a model with an algorithm it was not trained for is one clear error, before any work."""
   supported = get(algorithm).objectives
   if objective not in supported:
-    raise FastmtError(f'--algorithm {algorithm} decodes models trained with objective {" or ".join(supported)}; '
-                      f'this model was trained with {objective!r}')
+    raise FastmtError(f'algorithm {algorithm!r} (--algorithm {algorithm}) decodes models trained with objective '
+                      f'{" or ".join(supported)}; this model was trained with {objective!r}')
