@@ -73,7 +73,7 @@ def test_a_multilingual_dataset_tags_sources_and_keeps_each_pair_in_order(synthe
   with pytest.raises(ValueError, match='en_es'):
     test.select('en_es')
   assert corpus.language_tags(dataset) == ['<2de>', '<2fr>']
-  assert corpus.tag_sources(['a', '', 'b'], 'en_ru') == ['<2ru> a', '', '<2ru> b']
+  assert corpus.tag_sources(['a', '', 'b', '\u200b '], 'en_ru') == ['<2ru> a', '', '<2ru> b', '\u200b ']
   train = corpus.load_split(dataset, 'train')
   tokenizer = train_tokenizer(train.sources * 20 + train.targets * 20, str(tmp_path / 'spm.model'), 20,
                               user_symbols=('<2de>', '<2fr>'))

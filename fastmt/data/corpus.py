@@ -21,6 +21,7 @@ import os
 import tensorflow_datasets as tfds
 
 from fastmt.data import bible
+from fastmt.data.tokenizer import has_visible_text
 from fastmt.errors import FastmtError, MissingError
 
 SPLITS = ('train', 'validation', 'test')
@@ -71,9 +72,12 @@ def language_tags(dataset_config) -> list[str]:
 
 
 def tag_sources(sources: list[str], direction: str) -> list[str]:
-  """Prefixes non-empty sources with the direction's tag (an empty line stays empty: nothing to translate)."""
+  """Prefixes the sources that have something to translate (has_visible_text) with the direction's tag; a
+  blank line, or one of only invisible characters, stays as it is (a tag alone would be translated into an
+  invented sentence). How to translate with a multilingual model from Python:
+  model.translate(corpus.tag_sources(lines, 'en_de'))."""
   tag = language_tag(direction)
-  return [f'{tag} {s}' if s.strip() else s for s in sources]
+  return [f'{tag} {s}' if has_visible_text(s) else s for s in sources]
 
 
 def read_lines(path: str, errors: str = 'strict') -> list[str]:

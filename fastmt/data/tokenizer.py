@@ -220,3 +220,11 @@ def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sent
   logging.info('Trained a %d-piece SentencePiece model on %d sentences -> %s', vocab_size, len(texts),
                model_path)
   return Tokenizer(model_path)
+
+
+def has_visible_text(line: str) -> bool:
+  """Whether a line holds anything to translate: a character that is neither space nor invisible (Unicode's
+  format and control characters: zero-width joiners, word joiners, soft hyphens, direction marks, the byte-order
+  mark, NUL ...). SentencePiece drops some of those and encodes others as <unk>; a model given only <unk> would
+  invent a sentence, so a line without a visible character is an empty input either way."""
+  return any(ch.isprintable() and not ch.isspace() for ch in line)
