@@ -1,6 +1,6 @@
 # The two commands of README.md. Both create .venv and install the pinned dependencies first.
 #   make demo   train the quickstart model on the built-in Bible corpus, translate the test set with every
-#               method, print the table (about 45 minutes on 2 CPU cores: 27 to train, the rest to decode)
+#               method, print the table (32 minutes on 2 CPU cores on 2026-11-27: 24-27 to train)
 #   make test   run the test suite (CPU only, no downloads; one pytest worker per CPU, at most 8 so that a big
 #               machine's memory is not split too thin, since compiling is single-threaded: 25 minutes on
 #               the 2 slow cores of 2026-11-25)

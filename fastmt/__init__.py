@@ -12,6 +12,8 @@
   fastmt.workdir             configs, vocabulary and checkpoints of a work directory
   fastmt.bench               every method side by side; fastmt.ddgviz: Jacobi traces
   fastmt.width               spec's window chosen by timing (greedy where no window pays)
+  fastmt.quantize            8-bit weights (int8 inference; fastmt.kernels: its XLA:CPU kernel)
+  fastmt.precision           a model's weights for a decoding dtype (float32, bfloat16, int8, ...)
   fastmt.errors              FastmtError: bad input, reported in one line by the command-line tools
 """
 

@@ -22,7 +22,7 @@ import warnings
 
 from fastmt import precision, width, workdir as workdir_lib
 from fastmt.decoding import registry
-from fastmt.errors import FastmtError
+from fastmt.errors import FastmtError, MissingError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
 _SETTING_NAMES = {f.name for f in dataclasses.fields(DecodeSettings)} - {'algorithm', 'interleaving', 'hrt_symbols',
@@ -50,7 +50,9 @@ class TranslationModel:
     """The Translator for these settings (DecodeSettings fields: beam_size, alpha, block_size,
     parallel_length, jacobi_init, output_length_ratio, drafter ...); clusters: a clusters directory
     (fastmt-clusters) for the clustered output projection; draft_model: for algorithm='spec',
-    drafter='model', the drafter (a TranslationModel, or its work directory, loaded in this model's dtype)."""
+    drafter='model', the drafter (a TranslationModel, or its work directory, loaded in this model's dtype).
+    Its translate(texts, batch_size) returns (hypotheses, TranslationStats), where this model's translate
+    returns the hypotheses."""
     unknown = sorted(set(settings) - _SETTING_NAMES)
     if unknown:
       raise FastmtError(f'Unknown decoding settings {unknown}; known: {sorted(_SETTING_NAMES)}')
@@ -104,7 +106,7 @@ class TranslationModel:
       self._clusters[directory] = clusters_lib.load_clusters(directory, self.config, self.tokenizer, self.params)
     return self._clusters[directory]
 
-  def translate(self, texts: str | Sequence[str], algorithm: str = 'greedy', batch_size: int = 32,
+  def translate(self, texts: str | Sequence[str], algorithm: str = 'greedy', batch_size: int = 32, *,
                 clusters: str | None = None, draft_model=None, stats: TranslationStats | None = None,
                 **settings) -> str | list[str]:
     """Translations in input order (one string for one string). A blank line gives an empty string. `stats`,
@@ -116,8 +118,8 @@ class TranslationModel:
     hypotheses, _ = translator.translate([texts] if single else list(texts), batch_size, stats)
     return hypotheses[0] if single else hypotheses
 
-  def translate_iter(self, lines: Iterable[str], algorithm: str = 'greedy', batch_size: int = 32,
-                     stats: TranslationStats | None = None, clusters: str | None = None, draft_model=None,
+  def translate_iter(self, lines: Iterable[str], algorithm: str = 'greedy', batch_size: int = 32, *,
+                     clusters: str | None = None, draft_model=None, stats: TranslationStats | None = None,
                      **settings) -> Iterator[str]:
     """Streams translations of any iterable of lines (a file object too; trailing newlines are dropped),
     in input order, a chunk at a time: memory stays bounded however long the input is."""
@@ -161,7 +163,7 @@ def load(workdir: str, checkpoint='latest', dtype: str = 'float32') -> Translati
   step, no best checkpoint kept, a checkpoint of another architecture) are FastmtErrors.
   """
   if not os.path.isdir(workdir):
-    raise FastmtError(f'No work directory {workdir!r}')
+    raise MissingError(f'No work directory {workdir!r}')
   config = workdir_lib.load_model_config(workdir)
   params, step = workdir_lib.restore_params(workdir, config, checkpoint)
   return TranslationModel(config, params, workdir_lib.load_tokenizer(workdir), workdir_lib.load_objective(workdir),

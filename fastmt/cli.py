@@ -31,10 +31,11 @@ def parse_flags_or_exit(argv):
     named = [o for o in overrides if key in o.split('.')[1:]]
     hint = f' ({hint[0].lower()}{hint[1:]})' if hint else ''
     if named:  # ml_collections: an override of a key the (locked) config does not have
-      sys.exit(f'{tool_name()}: bad config override {", ".join(named)}: the config has no key {key!r}{hint}')
+      sys.exit(f'{tool_name()}: error: bad config override {", ".join(named)}: the config has no key {key!r}{hint}')
     if key is not None:  # a KeyError of the config file itself
-      sys.exit(f'{tool_name()}: bad config: KeyError {key!r} while loading it{hint}')
-    sys.exit(f'{tool_name()}: bad flag or config override: {one_line_message(e)}')
+      sys.exit(f'{tool_name()}: error: bad config: KeyError {key!r} while loading it{hint}')
+    what = 'bad flag or config override' if 'config' in flags.FLAGS else 'bad flag'  # train.py has --config
+    sys.exit(f'{tool_name()}: error: {what}: {one_line_message(e)}')
 
 
 def _missing_key(error: BaseException) -> tuple[str | None, str]:

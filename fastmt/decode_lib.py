@@ -82,8 +82,10 @@ def count_lines(path: str) -> int | None:
 
 def check_input_path(path: str, what: str = 'input file') -> None:
   """A readable input: '-' (stdin), a file, or a stream such as /dev/stdin or a shell's <(zcat x.gz)."""
-  if path != '-' and (not os.path.exists(path) or os.path.isdir(path)):
+  if path != '-' and not os.path.exists(path):
     raise MissingError(f'No {what} {path!r}')
+  if path != '-' and os.path.isdir(path):
+    raise FastmtError(f'{what} {path!r} is a directory: give a file')
 
 
 def check_output_path(path: str, what: str = '--output') -> None:

@@ -41,7 +41,7 @@ def test_load_picks_the_checkpoint_and_reports_bad_input(trained_workdir, tmp_pa
     fastmt.load(trained_workdir, checkpoint=7)
   with pytest.raises(FastmtError, match="'latest', 'best' or a step"):
     fastmt.load(trained_workdir, checkpoint='newest')
-  with pytest.raises(FastmtError, match='No work directory'):
+  with pytest.raises(FileNotFoundError, match='No work directory'):  # fastmt.MissingError, a FastmtError too
     fastmt.load(str(tmp_path / 'missing'))
   model = fastmt.load(trained_workdir)
   with pytest.raises(FastmtError, match='Unknown decoding settings'):

@@ -76,7 +76,7 @@ def test_every_console_script_starts():
     assert output.lstrip().startswith(usage), (name, output[:300])
   # a bad flag is reported under the tool's name, not the path of the wrapper script in the environment
   result = subprocess.run([os.path.join(bin_dir, 'fastmt-translate'), '--nosuchflag'], capture_output=True, text=True)
-  assert result.returncode != 0 and result.stderr.startswith('fastmt-translate: bad flag'), result.stderr
+  assert result.returncode != 0 and result.stderr.startswith('fastmt-translate: error: bad flag: '), result.stderr
 
 
 def test_a_shipped_config_is_named_without_its_path(tmp_path):

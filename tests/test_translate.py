@@ -287,7 +287,7 @@ def test_bad_api_arguments_say_what_to_use_instead(trained_workdir):
     model.translate(['God'], stats={})
   with pytest.raises(fastmt.FastmtError, match='model.choose_width'):
     model.translate(['God'], algorithm='spec', drafter='ngram', block_size='auto')
-  with pytest.raises(fastmt.FastmtError, match='use --drafter ngram .*model .*bigram or pad'):
+  with pytest.raises(fastmt.FastmtError, match="use drafter 'ngram' .*'model' .*draft_model= .*'bigram' or 'pad'"):
     model.translate(['God'], algorithm='spec')
 
 
@@ -598,6 +598,8 @@ def test_decode_checks_its_files_before_loading_a_model(tmp_path):
   for output, reference, metrics, message in cases:
     with pytest.raises(ValueError, match=message):
       decode_lib.check_paths(str(src), output, reference, metrics)
+  with pytest.raises(ValueError, match='input file .* is a directory: give a file'):
+    decode_lib.check_paths(str(tmp_path), str(tmp_path / 'hyp'))
   assert src.read_text(encoding='utf-8') == 'God\nlight\n'
   decode_lib.check_paths('-', '-')
   decode_lib.check_paths(str(src), str(tmp_path / 'hyp'), str(src), str(tmp_path / 'm.json'))
