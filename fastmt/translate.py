@@ -315,12 +315,16 @@ class Translator:
     a whole layer stack into one YNNPACK graph; benchmarks/cpu_variants.py compares them side by side).
   checkpoint_step: the training step of the parameters, for reports (decode_lib.load_translator sets it; None:
     not known).
+  int8_copy: --drafter int8: the model's int8 copy, int8_drafter_of(config, params) of these very weights, when
+    the caller holds one already, so that the translators of one model share it (spec:auto's candidates, one
+    per width); None: made here. Only its shape can be checked: a copy of other weights drafts worse (more
+    calls), the output stays this model's greedy output.
   """
 
   def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings(),
                clusters=None, draft_table=None, objective: str = 'at', mesh=None, objective_options=None,
                transposed_output: bool = True, compiler_options: dict | None = None, draft_model=None,
-               checkpoint_step: int | None = None):
+               checkpoint_step: int | None = None, int8_copy=None):
     if tokenizer.vocab_size != config.vocab_size:
       raise FastmtError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
     if clusters is not None and clusters.vocab_size != config.vocab_size:
@@ -356,8 +360,15 @@ class Translator:
                         "with drafter 'model' only")
     int8_drafter = None
     if registry.drafts_with_int8_copy(settings):
-      int8_config, int8_drafter = int8_drafter_of(config, params)
+      if int8_copy is None:
+        int8_copy = int8_drafter_of(config, params)
+      elif int8_copy[0] != config.replace(dtype='float32', quantization='int8'):
+        raise FastmtError(f'int8_copy is the int8 copy of a model of another shape ({int8_copy[0]}); this model '
+                          'drafts with int8_drafter_of(config, params) of its own weights')
+      int8_config, int8_drafter = int8_copy
       settings = dataclasses.replace(settings, draft_model_config=int8_config)
+    elif int8_copy is not None:
+      raise FastmtError("int8_copy drafts for algorithm 'spec' with drafter 'int8' only")
     self.config, self.tokenizer, self.settings, self.objective = config, tokenizer, settings, objective
     self.checkpoint_step = checkpoint_step
     if registry.needs_draft_table(settings) and draft_table is None:

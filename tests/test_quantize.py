@@ -170,6 +170,34 @@ def test_the_int8_drafter_of_an_int8_model_or_with_a_drafter_model_is_a_clear_er
     Translator(*trained_float_parts, DecodeSettings('spec', drafter='int8'), draft_model=object())
 
 
+def test_the_translators_of_one_model_share_its_int8_copy(trained_workdir, trained_float_parts, monkeypatch):
+  """spec:auto+int8 (and choose_width(drafter='int8')) builds a translator per width: the model is quantized
+  once, in the library and in the bench, not once per width; a copy of another shape is a clear error."""
+  import fastmt  # pylint: disable=g-import-not-at-top
+  from fastmt import api, bench, translate  # pylint: disable=g-import-not-at-top
+  real_copy, made = translate.int8_drafter_of, []
+
+  def counted(config, params):
+    made.append(config)
+    return real_copy(config, params)
+  monkeypatch.setattr(api, 'int8_drafter_of', counted)
+  monkeypatch.setattr(translate, 'int8_drafter_of', counted)
+  model = fastmt.load(trained_workdir)
+  translators = [model.translator('spec', drafter='int8', block_size=w) for w in (2, 3, 4)]
+  assert len(made) == 1 and len({id(t) for t in translators}) == 3
+  assert model.translate(GENESIS[:4], algorithm='spec', drafter='int8', block_size=3) == model.translate(GENESIS[:4])
+  made.clear()
+  built, _, _ = bench.build_translators(trained_workdir, ['spec:auto+int8', 'spec:3+int8'])
+  assert set(built) == {'spec:auto+int8', 'spec:3+int8'} and len(made) == 2  # one per method, not per width
+  config, params, tokenizer = trained_float_parts
+  with pytest.raises(FastmtError, match='int8 copy of a model of another shape'):
+    Translator(config, params, tokenizer, DecodeSettings('spec', drafter='int8'),
+               int8_copy=real_copy(config.replace(mlp_dim=2 * config.mlp_dim), random_model(
+                   3, config.replace(mlp_dim=2 * config.mlp_dim))[1]))
+  with pytest.raises(FastmtError, match="int8_copy drafts for algorithm 'spec' with drafter 'int8' only"):
+    Translator(config, params, tokenizer, int8_copy=real_copy(config, params))
+
+
 @pytest.mark.parametrize('transposed_output', [True, False])
 def test_int8_greedy_and_beam_translate_every_line_at_any_batch(int8_parts, transposed_output):
   for settings in (DecodeSettings('greedy'), DecodeSettings('beam', beam_size=2)):
