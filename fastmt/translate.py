@@ -377,6 +377,10 @@ class Translator:
     if draft_table is not None and np.shape(draft_table) != (config.vocab_size,):
       raise FastmtError(f'draft table has shape {np.shape(draft_table)}, the model a {config.vocab_size} '
                         'vocabulary')
+    if draft_table is not None and not ((np.asarray(draft_table) >= 0) & (np.asarray(draft_table) <
+                                                                          config.vocab_size)).all():
+      raise FastmtError(f'draft table holds ids outside the model\'s vocabulary [0, {config.vocab_size}): a table '
+                        'of another vocabulary (decode_lib.load_draft_table builds this model\'s)')
     self.mesh = mesh or local_mesh()
     self.rows_sharding = NamedSharding(self.mesh, P('data'))  # batch rows split over the devices
     replicated = NamedSharding(self.mesh, P())

@@ -101,6 +101,9 @@ def test_every_jacobi_variant_equals_greedy_on_random_models(seed, batch):
   vocab = model.config.vocab_size
   random_draft = jacobi.chain_initializer(rng.integers(0, vocab, vocab))
   greedy_draft = jacobi.chain_initializer(drafts.bigram_table(np.asarray(g.tokens), vocab))
+  out_of_vocabulary = jacobi.chain_initializer(rng.integers(vocab, 3 * vocab, vocab))
+  negative = lambda tokens, end, width: (jnp.full((tokens.shape[0], width), -3, jnp.int32),
+                                         jnp.ones((tokens.shape[0],), bool))
   variants = {
       'pj': lambda c: jacobi.pj_decode(step_fn, c, batch, max_len),
       'pgj2': lambda c: jacobi.pgj_decode(step_fn, c, batch, max_len, 2),
@@ -112,6 +115,10 @@ def test_every_jacobi_variant_equals_greedy_on_random_models(seed, batch):
       'pj+greedy_draft': lambda c: jacobi.pj_decode(step_fn, c, batch, max_len, initializer=greedy_draft),
       'hgj4+greedy_draft': lambda c: jacobi.hgj_decode(step_fn, c, batch, max_len, 4, parallel_length=7,
                                                        initializer=greedy_draft),
+      # Ids the model lacks (a bad draft table; a drafter of negative ids): fed as PAD, never NaN.
+      'pgj3+out_of_vocabulary': lambda c: jacobi.pgj_decode(step_fn, c, batch, max_len, 3,
+                                                            initializer=out_of_vocabulary),
+      'pgj3+negative_drafts': lambda c: jacobi.pgj_decode(step_fn, c, batch, max_len, 3, drafter=negative),
   }
   for name, run in variants.items():
     out = run(models.init_cache(model.config, batch, 2 * max_len))

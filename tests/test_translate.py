@@ -312,6 +312,12 @@ def test_the_draft_table_decodes_where_the_work_directory_cannot_be_written(trai
   assert cached.stat().st_mode & 0o777 == 0o644  # readable by the directory's other users, as np.save's was
   cached.write_bytes(b'cut short')  # a damaged cache is built again, not a traceback
   np.testing.assert_array_equal(decode_lib.load_draft_table(str(workdir)), table)
+  config = workdir_lib.load_model_config(str(workdir))
+  parts = (config, workdir_lib.restore_params(str(workdir), config, 'latest')[0],
+           workdir_lib.load_tokenizer(str(workdir)))
+  for ids in (table + len(table), table - len(table)):  # a table of another vocabulary: an error, not NaN drafts
+    with pytest.raises(FastmtError, match="ids outside the model's vocabulary"):
+      Translator(*parts, DecodeSettings('spec', drafter='bigram', block_size=3), draft_table=ids)
 
 
 def test_the_ngram_drafter_decodes_a_model_copied_without_its_corpus(trained_workdir, tmp_path, caplog):

@@ -157,7 +157,17 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
   guess = state.guess[:, :kept]
   if kept < width:
     guess = jnp.concatenate([guess, guesses_after(guess[:, -1])[:, :width - kept]], axis=1)
-  state = state.replace(guess=guess)
+  # A guess outside the vocabulary (a user's initializer or drafter, a bad draft table) would embed as NaN in
+  # most models (an out-of-range lookup), and NaN keys and values reach every position of the call, masked or
+  # not (0 x NaN): such guesses are fed as PAD. An id the model cannot predict never passes the commit rule
+  # anyway, so this changes no output, only what a bad guess costs. V is read from an abstract call (no work).
+  vocab_size = jax.eval_shape(lambda cache: step_fn(
+      jnp.zeros((rows, width), jnp.int32), jnp.zeros((rows, width), jnp.int32),
+      causal_window_mask(jnp.zeros((rows,), jnp.int32), width, cache_length), cache,
+      jnp.zeros((rows,), jnp.int32)), state.cache)[0].shape[-1]
+  pad_id = ids[2]
+  in_vocabulary = lambda guess: jnp.where((guess >= 0) & (guess < vocab_size), guess, pad_id)
+  state = state.replace(guess=in_vocabulary(guess))
   window = jnp.arange(width)
   drafting = mask_id is not None and width > 1
 
@@ -219,7 +229,7 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     draft_cache = s.draft_cache
     if draft_model is not None and width > 1:
       guess, draft_cache = draft_model_lib.draft(draft_model, draft_cache, tokens, n, accepted, width)
-    guess = jnp.where(s.done[:, None], s.guess, guess)
+    guess = jnp.where(s.done[:, None], s.guess, in_vocabulary(guess))
 
     trace = s.trace
     if trace is not None:
