@@ -108,6 +108,40 @@ def test_useless_or_adversarial_drafts_still_give_greedy_and_never_more_calls(dr
   assert (np.asarray(trace.inputs) < VOCAB).all()  # no id the verifier lacks ever reaches its call
 
 
+@pytest.mark.parametrize('drafts', ['junk', 'eos', 'pad', 'off_by_one', 'out_of_vocabulary'])
+def test_useless_or_adversarial_autoregressive_drafts_give_greedy_within_w_times_its_calls(drafts):
+  """An autoregressive drafter (--drafter int8's kind: its own calls after every commit) that drafts junk, EOS,
+  PAD, the right tokens one place late, or ids past the verifier's vocabulary: the output is greedy's, the
+  verifier makes no more calls than greedy, and the drafter's calls, counted as they run, are W - 1 (one call
+  at the cut, then W - 2 one-position ones) before the first verification call and after every one but the
+  last, so all calls together stay within W x greedy's."""
+  import jax  # pylint: disable=g-import-not-at-top
+  sequence = SEQ + [A] * 12
+  proposed = jnp.asarray({'junk': [JUNK] * 20, 'eos': [EOS_ID] * 20, 'pad': [PAD_ID] * 20,
+                          'off_by_one': sequence[1:] + [A], 'out_of_vocabulary': [VOCAB + 3] * 20}[drafts], jnp.int32)
+  drafter_calls = []
+
+  def drafter_step(tokens, positions, self_mask, cache, write_offsets, project=None):
+    del tokens, self_mask, write_offsets
+    jax.debug.callback(lambda: drafter_calls.append(1))  # runs once per executed call, inside the loop
+    logits = one_hot_logits(proposed[jnp.minimum(positions, proposed.shape[0] - 1)], vocab=VOCAB + 8)
+    return (logits if project is None else select_positions(logits, project)), cache
+  step_fn = _oracle_verifier(sequence)
+  expected = greedy.greedy_search(step_fn, stub_cache(1, 16), 1, 16)
+  width = 3
+  drafter = draft_model.DraftModel(drafter_step, stub_cache(1, draft_model.cache_slots(16, width)), None, VOCAB,
+                                   autoregressive=True)
+  out, trace = jacobi.pgj_decode(step_fn, stub_cache(1, 16 + width), 1, 16, width, draft_model=drafter,
+                                 return_trace=True)
+  jax.effects_barrier()
+  np.testing.assert_array_equal(out.tokens, expected.tokens)
+  verifier_calls = int(out.decoder_calls[0])
+  assert verifier_calls <= int(expected.decoder_calls[0])
+  assert (np.asarray(trace.inputs) < VOCAB).all()
+  assert len(drafter_calls) <= (width - 1) * int(out.loop_iterations)
+  assert verifier_calls + len(drafter_calls) <= width * int(expected.decoder_calls[0])
+
+
 @pytest.mark.parametrize('seed', range(3))
 @pytest.mark.parametrize('batch', [1, 4])
 def test_a_random_drafter_of_another_shape_gives_the_verifiers_greedy_output(seed, batch):

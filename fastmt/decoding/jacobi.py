@@ -228,7 +228,11 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
       guess = jnp.where(found[:, None], drafted, guess)
     draft_cache = s.draft_cache
     if draft_model is not None and width > 1:
-      guess, draft_cache = draft_model_lib.draft(draft_model, draft_cache, tokens, n, accepted, width)
+      # No drafts once every row is done: there is no next call to feed (at batch 1, a sentence's last
+      # iteration; --drafter int8 would pay W - 1 calls of its own for nothing).
+      guess, draft_cache = jax.lax.cond(
+          done.all(), lambda: (guess, draft_cache),
+          lambda: draft_model_lib.draft(draft_model, draft_cache, tokens, n, accepted, width))
     guess = jnp.where(s.done[:, None], s.guess, in_vocabulary(guess))
 
     trace = s.trace
