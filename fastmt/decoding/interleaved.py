@@ -213,6 +213,9 @@ def interleaved_beam(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_s
   the combinations a training target ends with (see prune_outer_sum).
   """
   _check_end_rule(end_rule)
+  if beam_size < 2:  # a step keeps 2k of the k x k pruned continuations: k = 1 leaves too few
+    raise ValueError(f'interleaved_beam needs beam_size >= 2, got {beam_size}: beam 1 is interleaved_greedy '
+                     '(which --algorithm ib decodes with)')
   n, k, z = batch_size, beam_size, layout.slots
   cache_length = _check_cache(cache, layout, max_length)
   num_steps = layout.steps_for(max_length)
