@@ -141,7 +141,8 @@ def test_stage_two_eos_inside_a_chunk_truncates_and_caps_bound_stage_one():
       logits = logits.at[:, 2, EOS_ID].set(100.0).at[:, 4, EOS_ID].set(100.0)
     return (logits if project is None else logits[:, project]), cache
   out = hrt_decode(step_fn, stub_cache(1, 20), 1, 20, 2, MASK_ID, BOS_K)
-  assert np.asarray(out.tokens)[0].tolist()[:4] == natural[0, :2].tolist() + [EOS_ID, PAD_ID]
+  # The whole row: stage II fills (y1, y2, EOS, y4, EOS, y6 .. y9, EOS); cut after the first EOS, PAD to 20.
+  assert np.asarray(out.tokens)[0].tolist() == natural[0, :2].tolist() + [EOS_ID] + [PAD_ID] * 17
   capped = hrt_decode(oracle_hrt_step(natural, 2), stub_cache(1, 20), 1, 20, 2, MASK_ID, BOS_K,
                       row_caps=jnp.array([5]))
   assert int(capped.decoder_calls[0]) == 5 // 2 + 1
@@ -270,3 +271,68 @@ def test_stage_two_on_the_used_length_equals_the_full_pass(m, k, lengths, relati
   bucketed = two_pass.fill_masks_bucketed(step_fn, cache, jnp.asarray(skip), k, mask_id)
   np.testing.assert_array_equal(bucketed[0], full[0])
   np.testing.assert_allclose(bucketed[1], full[1], rtol=1e-5, atol=1e-5)
+
+
+def recording_writes(step_fn, log):
+  """step_fn that logs, for every call it runs (a debug callback: once per executed call, inside the loops too),
+  (tokens per row, slots of the cache it was given, the highest slot its call writes + 1)."""
+  def step(tokens, positions, self_mask, cache, write_offsets, **kwargs):
+    width, slots = tokens.shape[1], jax.tree_util.tree_leaves(cache)[0].shape[1]
+    jax.debug.callback(lambda end: log.append((width, slots, int(end))), jnp.max(write_offsets) + width)
+    return step_fn(tokens, positions, self_mask, cache, write_offsets, **kwargs)
+  return step
+
+
+@pytest.mark.parametrize('beam_size, nat_beam_size', [(1, 1), (3, 2)])
+@pytest.mark.parametrize('max_length, k', [(7, 3), (5, 2), (11, 4), (2, 3)])
+def test_a_source_at_the_maximum_length_never_exceeds_the_cache(max_length, k, beam_size, nat_beam_size):
+  """An oracle that never says EOS, no row caps, a cap L that k does not divide, and the cache the registry
+  allocates (max(L, k) slots): stage I makes max(L // k, 1) calls on its max(L // k, 1) slots, stage II one
+  call over those tokens' chunks (at most max(L, k) slots), and the output is the oracle's first
+  min(L, max(L // k, 1) * k) words, no EOS (the last L mod k words are never produced: stage I is bounded by
+  L / k), PAD after; greedy Skip-AT and the b_at / b_nat beam alike."""
+  from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
+  cache_length = registry.get('hrt').cache_length(max_length, DecodeSettings('hrt', chunk_size=k))
+  assert cache_length == max(max_length, k)
+  words = 6 + np.arange(12) % 9  # 12 words, no EOS: k divides 12, so y~ holds no EOS either
+  natural = np.stack([words, np.roll(words, 1)]).astype(np.int32)
+  log = []
+  step = recording_writes(oracle_hrt_step(np.repeat(natural, beam_size, axis=0), k), log)
+  out = hrt_decode(step, stub_cache(2 * beam_size, cache_length), 2, max_length, k, MASK_ID, BOS_K,
+                   beam_size=beam_size, nat_beam_size=nat_beam_size)
+  m = max(max_length // k, 1)  # stage-I tokens
+  produced = min(max_length, m * k)
+  expected = np.pad(natural[:, :produced], ((0, 0), (0, max_length - produced)))
+  assert np.asarray(out.tokens).tolist() == expected.tolist()
+  assert np.asarray(out.decoder_calls).tolist() == [m + 1, m + 1] and int(out.loop_iterations) == m + 1
+  # Executed calls: m of one token each on the m-slot stage-I cache, writing slots 1 .. m in turn; then one
+  # stage-II call of m * k tokens on as many slots; none past the cache it was given, nor past the allocation.
+  assert sorted(log) == [(1, m, end) for end in range(1, m + 1)] + [(m * k, m * k, m * k)]
+  assert all(end <= slots <= cache_length for _, slots, end in log)
+
+
+def test_targets_shorter_than_k_give_one_chunk_of_eos():
+  """k = 3, every row on the skip tasks (no curriculum): y~ of an empty target is (EOS, EOS, EOS), of a
+  one-word target (y1, EOS, EOS); Skip-AT reads <bos_k> at position 0 and predicts y~_3 = EOS, its only loss;
+  Skip-CMLM masks y~_1 and y~_2 (the first k - 1 tokens of the chunk, EOS or not: Table 1's (M, y2, M, y4, M,
+  EOS) for k = 2), keeps y~_3 and scores the masks only; the second chunk of these rows is all PAD (no loss,
+  unseen by the bidirectional mask). A 4-word row sets the width (two chunks)."""
+  options = hrt.HrtOptions(chunk_size=3, curriculum=False)
+  fields = hrt.hrt_batch(make_batch([[], [11], Y]), 0, options, MASK_ID, BOS_K)
+  rows = lambda name: np.asarray(fields[name]).tolist()
+  none = [PAD_ID] * 3
+  # Skip-AT (rows 0 .. 2): <bos_k> z1 .. -> z1 .. EOS.
+  assert rows('decoder_input')[:3] == [[BOS_K] + [PAD_ID] * 5, [BOS_K] + [PAD_ID] * 5, [BOS_K, 13] + [PAD_ID] * 4]
+  assert rows('target')[:3] == [[EOS_ID] + [PAD_ID] * 5, [EOS_ID] + [PAD_ID] * 5, [13, EOS_ID] + [PAD_ID] * 4]
+  assert rows('weights')[:3] == [[1, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0]]
+  assert [p[:2] for p in rows('positions')[:3]] == [[0, 3], [0, 3], [0, 3]]  # 0, k, 2k, ... (PAD slots unread)
+  # Skip-CMLM (rows 3 .. 5): the first k - 1 tokens of every chunk of y~ masked, loss at the masks only.
+  assert rows('decoder_input')[3:] == [[MASK_ID, MASK_ID, EOS_ID] + none, [MASK_ID, MASK_ID, EOS_ID] + none,
+                                       [MASK_ID, MASK_ID, 13, MASK_ID, MASK_ID, EOS_ID]]
+  assert rows('target')[3:] == [[EOS_ID, EOS_ID, EOS_ID] + none, [11, EOS_ID, EOS_ID] + none,
+                                [11, 12, 13, 14, EOS_ID, EOS_ID]]
+  assert rows('weights')[3:] == [[1, 1, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [1, 1, 0, 1, 1, 0]]
+  assert rows('positions')[3:] == [[1, 2, 3, 4, 5, 6]] * 3
+  mask = np.asarray(fields['self_mask'])
+  assert (mask[3] == [True] * 3 + [False] * 3).all() and (mask[4] == mask[3]).all() and mask[5].all()

@@ -102,7 +102,9 @@ def test_one_word_target_and_targets_shorter_than_z():
   for n in range(0, 5):
     y = jnp.arange(11, 11 + max(n, 1))[None]
     reordered = order.reorder(layout, y, jnp.array([n]), 3)
-    assert np.asarray(order.recover(layout, reordered, 8))[0].tolist()[:n + 1] == list(range(11, 11 + n)) + [EOS_ID]
+    # The whole row of 8: the n words, EOS, then PAD (recover pads every row to output_length).
+    assert np.asarray(order.recover(layout, reordered, 8))[0].tolist() == (
+        list(range(11, 11 + n)) + [EOS_ID] + [PAD_ID] * (7 - n))
 
 
 def oracle_step(layout, reordered):
@@ -163,7 +165,8 @@ def test_eos_first_in_either_direction_or_both_slots():
   for (left, right), expected in cases.items():
     reordered = jnp.array([[left, right, 9, 9, 9, 9]])
     out = interleaved_greedy(oracle_step(layout, reordered), stub_cache(1, 6), 1, 6, layout)
-    assert np.asarray(out.tokens)[0].tolist()[:len(expected)] == expected
+    # The whole row of max_length 6: after the EOS, PAD (the later steps' 9s are never read).
+    assert np.asarray(out.tokens)[0].tolist() == expected + [PAD_ID] * (6 - len(expected))
     assert int(out.decoder_calls[0]) == 1
 
 
@@ -564,3 +567,97 @@ def test_the_iteration_cost_scripts_bare_loop_makes_the_decoders_own_calls(inter
       got = np.asarray(loop(translator.params, translator.output_projection, source, np.int32(n)))[0]
       np.testing.assert_array_equal(got, want, err_msg=f'{method}, after {n} calls')
   assert script.bare_loop(bench.build_translators(trained_workdir, ['pgj:3'])[0]['pgj:3'], 16) is None
+
+
+def recording_writes(step_fn, log):
+  """step_fn that logs, for every call it runs (a debug callback: once per executed call, inside the loop),
+  (slots of the cache it was given, the highest slot its call writes + 1)."""
+  def step(tokens, positions, self_mask, cache, write_offsets, **kwargs):
+    slots = jax.tree_util.tree_leaves(cache)[0].shape[1]
+    jax.debug.callback(lambda end: log.append((slots, int(end))), jnp.max(write_offsets) + tokens.shape[1])
+    return step_fn(tokens, positions, self_mask, cache, write_offsets, **kwargs)
+  return step
+
+
+def unlikely_runner_up_eos(step_fn):
+  """step_fn with EOS far below every other wrong word wherever the step does not predict it: beam search's
+  runner-up combinations then hold words, not early EOS (a sentence with K finished hypotheses stops, whatever
+  its live ones score: with beam 3 the one-hot oracle's third word of every slot would be EOS)."""
+  def step(*args, **kwargs):
+    logits, cache = step_fn(*args, **kwargs)
+    wrong_eos = jnp.argmax(logits, axis=-1) != EOS_ID
+    return logits.at[..., EOS_ID].add(jnp.where(wrong_eos, -100.0, 0.0)), cache
+  return step
+
+
+@pytest.mark.parametrize('beam', [1, 2, 3])  # 1: interleaved_greedy
+@pytest.mark.parametrize('h,c', [(2, 2), (4, 1), (1, 4)])
+def test_a_cap_that_z_does_not_divide_uses_exactly_the_registry_cache(h, c, beam):
+  """max_length 18, z = 4, the registry's cache of ceil(18 / 4) * 4 = 20 slots, no row caps: a 17-word target
+  (its EOS in the 5th step, slot 2) comes back exactly; an oracle that never says EOS gives exactly 18 words
+  (the first 18 of the 20 its 5 steps hold, in natural order), no EOS; both make 5 calls, each writing its
+  4 slots in turn, none past the cache. Greedy also stops a 2-word row after its one call."""
+  from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
+  layout = layout_of(h, c)
+  max_length, z = 18, h * c
+  cache_length = registry.get('ib').cache_length(max_length, DecodeSettings('ib', interleaving=layout))
+  assert cache_length == 20 and layout.steps_for(max_length) == 5
+  lengths = [17, 2] if beam == 1 else [17]
+  natural = natural_rows(lengths, max_length)
+  reordered = np.asarray(order.reorder(layout, jnp.asarray(natural), jnp.asarray(lengths), 5))
+  endless = (3 + 7 * np.arange(20) % 13)[None]  # 20 words, no EOS: 5 full steps
+  never = np.asarray(order.reorder(layout, jnp.asarray(endless), jnp.array([20]), 5))
+  assert EOS_ID not in never
+  rows = np.concatenate([reordered[:1], never, reordered[1:]])  # the 17-word row, the endless one, the rest
+  log = []
+  step = recording_writes(unlikely_runner_up_eos(oracle_step(layout, np.repeat(rows, beam, axis=0))), log)
+  cache = stub_cache(len(rows) * beam, cache_length)
+  if beam == 1:
+    out = interleaved_greedy(step, cache, len(rows), max_length, layout)
+  else:
+    out = interleaved_beam(step, cache, len(rows), beam, max_length, layout)
+  tokens = np.asarray(out.tokens)
+  assert tokens[0].tolist() == natural[0].tolist()  # 17 words, EOS: 18 tokens
+  assert tokens[1].tolist() == endless[0, :18].tolist()
+  if beam == 1:
+    assert tokens[2].tolist() == natural[1].tolist()
+  assert np.asarray(out.decoder_calls).tolist() == [5, 5] + [1] * (beam == 1) and int(out.loop_iterations) == 5
+  assert sorted(set(log)) == [(20, end) for end in range(z, 21, z)] and len(log) == 5
+
+
+@pytest.mark.parametrize('beam', [1, 2, 3])  # 1: interleaved_greedy (the registry's ib with beam size 1)
+@pytest.mark.parametrize('h,c,step,expected', [
+    (2, 1, [EOS_ID, 7], [5, 7, 6]),  # the left-to-right direction ends first: its words stop at step 0
+    (2, 1, [7, EOS_ID], [5, 7, 6]),  # the right-to-left one ends first
+    (2, 1, [EOS_ID, EOS_ID], [5, 6]),
+    (2, 2, [9, EOS_ID, EOS_ID, 10], [5, 6, 9, 8, 7]),  # EOS in the middle slots: 10 follows its direction's EOS
+    (2, 2, [EOS_ID, 9, 10, EOS_ID], [5, 6, 10, 8, 7]),
+    (4, 1, [9, EOS_ID, EOS_ID, 10], [5, 9, 6, 7, 10, 8]),  # segments (5, 9 | 6) and (7 | 8, 10)
+    (4, 1, [EOS_ID, 9, 10, EOS_ID], [5, 9, 6, 7, 10, 8])])
+def test_eos_first_in_one_direction_after_a_full_step(h, c, step, expected, beam):
+  """Step 0 is full (5, 6 for z = 2; 5, 6, 7, 8 for z = 4), step 1 holds an EOS in some slots and words in
+  others (Algorithm 1's 'any' rule ends the hypothesis there): each direction keeps its words before its own
+  first EOS, a segment is its left-to-right words then its right-to-left ones reversed; the whole row, for
+  greedy and beam search alike (the stub's later steps say 11, never read). Greedy stops after the 2 calls:
+  the step with an EOS in any slot ends the row (recovery alone would hide a search that ran on to its cap;
+  a beam's runner-ups may keep it going)."""
+  layout = layout_of(h, c)
+  z = h * c
+  max_length = 3 * z
+  row = np.array([list(range(5, 5 + z)) + step + [11] * z] * beam, np.int32)
+  cache = stub_cache(beam, max_length)
+  if beam == 1:
+    out = interleaved_greedy(oracle_step(layout, row), cache, 1, max_length, layout)
+    assert int(out.decoder_calls[0]) == 2 and int(out.loop_iterations) == 2
+  else:
+    out = interleaved_beam(oracle_step(layout, row), cache, 1, beam, max_length, layout, end_rule='any')
+  assert np.asarray(out.tokens)[0].tolist() == expected + [EOS_ID] + [PAD_ID] * (max_length - len(expected) - 1)
+
+
+def test_interleaved_beam_of_one_is_a_clear_error():
+  """A step keeps 2k of the k x k pruned continuations; with k = 1 that would be a top_k failure deep in the
+  loop. --algorithm ib with beam 1 decodes greedy (the registry); the library call says so."""
+  layout = order.Interleaving(2, 1, start_ids=(2, 2))
+  with pytest.raises(ValueError, match='beam_size >= 2, got 1: beam 1 is interleaved_greedy'):
+    interleaved_beam(lambda *args: None, stub_cache(1, 8), 1, 1, 8, layout)
