@@ -174,7 +174,7 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
   # An autoregressive drafter (--drafter int8) drafts at the start of each iteration, from the committed
   # tokens, rather than after the previous commit: the same drafts, and none after the last commit, which
   # would feed no call (W - 1 drafter calls a sentence saved at batch 1, with no branch in the loop: a
-  # lax.cond skipping that last draft cost 5-13% at batch 32 on XLA:CPU in an A/B bench).
+  # lax.cond skipping that last draft cost 5-14% at batch 32 on XLA:CPU in an A/B bench).
   drafts_first = draft_model is not None and draft_model.autoregressive and width > 1
 
   def not_finished(s):
