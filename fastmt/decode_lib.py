@@ -98,6 +98,8 @@ def check_output_path(path: str, what: str = '--output') -> None:
   parent = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(parent):
     raise FastmtError(f'{what} {path!r}: there is no directory {parent!r}')
+  if os.path.isfile(path) and not os.access(path, os.W_OK):
+    raise FastmtError(f'{what} {path!r} cannot be written (permission denied)')
 
 
 def _file_stat(path: str, dash):
@@ -498,9 +500,9 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
                                                       lambda line: out.write(line + '\n'), batch_size, total,
                                                       keep=reference_path is not None, show_progress=show_progress)
     out.flush()
-    if total is not None and stats.sentences != total:
-      raise FastmtError(f'{input_path} had {total} lines when decoding began but {stats.sentences} were translated: '
-                        'the file changed while it was read')
+  if total is not None and stats.sentences != total:  # the translations of what was read are kept
+    raise FastmtError(f'{input_path} had {total} lines when decoding began but {stats.sentences} were translated: '
+                      'the file changed while it was read')
   reference_counts = InputCounts()
   scores = None
   if reference_path is not None:
@@ -526,7 +528,10 @@ def replaced_on_success(path: str):
   block ends without an error; on an error (or Ctrl-C) the temporary file is removed and whatever `path` held
   before is untouched, not replaced by half a translation. '-' is stdout, written as it comes; so is a path
   that exists and is not a regular file (/dev/null, a named pipe). A symbolic link keeps pointing where it
-  did: the file it points to is replaced."""
+  did: the file it points to is replaced, keeping its permission bits (not its owner, ACLs or other hard
+  links: the new file is another inode). An existing file we may not write is an error before any work, as
+  open(path, 'w') would be; if the final rename fails, the finished translation is kept in the temporary file,
+  which the error names."""
   if path == '-':
     yield sys.stdout
     return
@@ -535,6 +540,7 @@ def replaced_on_success(path: str):
       yield f
     return
   target = os.path.realpath(path)
+  check_output_path(target)  # an existing file we may not write: an error, as open(path, 'w') would raise
   directory, name = os.path.split(target)
   try:
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=f'.{name}.', suffix='.partial')
@@ -547,14 +553,21 @@ def replaced_on_success(path: str):
   try:
     with os.fdopen(handle, 'w', encoding='utf-8') as f:
       yield f
+  except BaseException:
+    os.remove(temporary)
+    raise
+  if os.path.exists(target):
+    mode = stat.S_IMODE(os.stat(target).st_mode)  # the file's own permissions, private or shared
+  else:
     umask = os.umask(0)  # the mode open() would give a new file (mkstemp's is 0600)
     os.umask(umask)
-    os.chmod(temporary, 0o666 & ~umask)
+    mode = 0o666 & ~umask
+  try:
+    os.chmod(temporary, mode)
     os.replace(temporary, target)
-  except BaseException:
-    if os.path.exists(temporary):
-      os.remove(temporary)
-    raise
+  except OSError as e:
+    raise FastmtError(f'the translation is complete but could not replace {path!r} ({e.strerror or e}); it is '
+                      f'in {temporary!r}') from e
 
 
 def write_lines(path: str, lines) -> None:

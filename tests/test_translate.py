@@ -750,9 +750,22 @@ def test_a_run_that_fails_part_way_leaves_the_earlier_output_file_as_it_was(mode
   assert sorted(p.name for p in tmp_path.iterdir()) == ['fifo', 'hyp.txt', 'src.txt']  # no temporary file left
   link = tmp_path / 'link.txt'
   link.symlink_to(hyp)
+  hyp.chmod(0o640)
   report = decode_lib.translate_file(translator, str(src), str(link), show_progress=False)
   assert report.sentences == 3 and link.is_symlink() and len(hyp.read_text(encoding='utf-8').split('\n')) == 4
-  assert oct(hyp.stat().st_mode & 0o777) != oct(0o600)  # an ordinary new file's mode, not mkstemp's
+  assert hyp.stat().st_mode & 0o777 == 0o640  # the file's own permissions are kept
+  new = tmp_path / 'new.txt'
+  decode_lib.translate_file(translator, str(src), str(new), show_progress=False)
+  umask = os.umask(0)
+  os.umask(umask)
+  assert new.stat().st_mode & 0o777 == 0o666 & ~umask  # a new file's ordinary mode, not mkstemp's 0600
+  # A rename that fails at the end keeps the finished translation and names where it is.
+  with monkeypatch.context() as m:
+    m.setattr(decode_lib.os, 'replace', lambda *args: (_ for _ in ()).throw(PermissionError(1, 'Not permitted')))
+    with pytest.raises(FastmtError, match='translation is complete but could not replace .* it is in'):
+      decode_lib.translate_file(translator, str(src), str(hyp), show_progress=False)
+  kept = [p for p in tmp_path.iterdir() if p.name.endswith('.partial')]
+  assert len(kept) == 1 and len(kept[0].read_text(encoding='utf-8').split('\n')) == 4
 
 
 def test_a_line_that_encodes_to_nothing_is_an_empty_input(model_parts):
