@@ -174,7 +174,7 @@ def test_the_translators_of_one_model_share_its_int8_copy(trained_workdir, train
   """spec:auto+int8 (and choose_width(drafter='int8')) builds a translator per width: the model is quantized
   once, in the library and in the bench, not once per width; a copy of another shape is a clear error."""
   import fastmt  # pylint: disable=g-import-not-at-top
-  from fastmt import api, bench, translate  # pylint: disable=g-import-not-at-top
+  from fastmt import api, bench, decode_lib, translate  # pylint: disable=g-import-not-at-top
   real_copy, made = translate.int8_drafter_of, []
 
   def counted(config, params):
@@ -189,6 +189,11 @@ def test_the_translators_of_one_model_share_its_int8_copy(trained_workdir, train
   made.clear()
   built, _, _ = bench.build_translators(trained_workdir, ['spec:auto+int8', 'spec:3+int8'])
   assert set(built) == {'spec:auto+int8', 'spec:3+int8'} and len(made) == 2  # one per method, not per width
+  made.clear()  # decode.py --block_size auto: decode_lib's loaded model builds a translator per width
+  loaded = decode_lib.load_model(trained_workdir, ['spec'])
+  for w in (2, 3, 4):
+    loaded.translator(DecodeSettings('spec', drafter='int8', block_size=w))
+  assert len(made) == 1
   config, params, tokenizer = trained_float_parts
   with pytest.raises(FastmtError, match='int8 copy of a model of another shape'):
     Translator(config, params, tokenizer, DecodeSettings('spec', drafter='int8'),
