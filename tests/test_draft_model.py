@@ -110,7 +110,7 @@ def test_useless_or_adversarial_drafts_still_give_greedy_and_never_more_calls(dr
 
 @pytest.mark.parametrize('drafts', ['junk', 'eos', 'pad', 'off_by_one', 'out_of_vocabulary'])
 def test_useless_or_adversarial_autoregressive_drafts_give_greedy_within_w_times_its_calls(drafts):
-  """An autoregressive drafter (--drafter int8's kind: its own calls after every commit) that drafts junk, EOS,
+  """An autoregressive drafter (--drafter int8's kind: calls of its own before each verification) that drafts junk, EOS,
   PAD, the right tokens one place late, or ids past the verifier's vocabulary: the output is greedy's, the
   verifier makes no more calls than greedy, and the drafter's calls, counted as they run, are W - 1 (one call
   at the cut, then W - 2 one-position ones) before the first verification call and after every one but the
@@ -138,7 +138,7 @@ def test_useless_or_adversarial_autoregressive_drafts_give_greedy_within_w_times
   verifier_calls = int(out.decoder_calls[0])
   assert verifier_calls <= int(expected.decoder_calls[0])
   assert (np.asarray(trace.inputs) < VOCAB).all()
-  assert len(drafter_calls) <= (width - 1) * int(out.loop_iterations)
+  assert len(drafter_calls) == (width - 1) * int(out.loop_iterations)
   assert verifier_calls + len(drafter_calls) <= width * int(expected.decoder_calls[0])
 
 
@@ -206,6 +206,25 @@ def test_a_drafter_of_another_objective_or_vocabulary_is_a_clear_error_before_de
     check_draft_model(SimpleNamespace(objective='selfdraft', tokenizer=_Vocabulary(same_or_extended),
                                       config=SimpleNamespace(vocab_size=len(same_or_extended))),
                       _Vocabulary(['<pad>', 'a', 'b']))
+
+
+def test_the_translator_refuses_a_drafter_of_another_vocabulary_before_it_compiles(trained_float_parts,
+                                                                                     monkeypatch):
+  """Through the real entry point (Translator(..., draft_model=)): a drafter whose embedding does not match its
+  own vocabulary, or whose vocabulary is the model's cut short, is a clear error in the constructor, before
+  anything is compiled."""
+  from types import SimpleNamespace  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from fastmt.errors import FastmtError  # pylint: disable=g-import-not-at-top
+  config, params, tokenizer = trained_float_parts
+  monkeypatch.setattr(jax, 'jit', lambda *a, **k: pytest.fail('compiled before refusing the drafter'))
+  settings = translate.DecodeSettings('spec', drafter='model', block_size=3)
+  for drafter_config, drafter_tokenizer in ((config.replace(vocab_size=config.vocab_size + 5), tokenizer),
+                                            (config, _Vocabulary(['<pad>', 'a']))):
+    drafter = SimpleNamespace(objective='selfdraft', tokenizer=drafter_tokenizer, config=drafter_config,
+                              params=params)
+    with pytest.raises(FastmtError, match='vocabulary'):
+      translate.Translator(config, params, tokenizer, settings, draft_model=drafter)
 
 
 def _uncached_continuation(model, params, source, prefix, count):

@@ -308,6 +308,7 @@ def test_a_source_at_the_maximum_length_never_exceeds_the_cache(max_length, k, b
   assert np.asarray(out.decoder_calls).tolist() == [m + 1, m + 1] and int(out.loop_iterations) == m + 1
   # Executed calls: m of one token each on the m-slot stage-I cache, writing slots 1 .. m in turn; then one
   # stage-II call of m * k tokens on as many slots; none past the cache it was given, nor past the allocation.
+  jax.effects_barrier()  # every debug callback has run
   assert sorted(log) == [(1, m, end) for end in range(1, m + 1)] + [(m * k, m * k, m * k)]
   assert all(end <= slots <= cache_length for _, slots, end in log)
 

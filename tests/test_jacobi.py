@@ -102,7 +102,7 @@ def test_every_jacobi_variant_equals_greedy_on_random_models(seed, batch):
   random_draft = jacobi.chain_initializer(rng.integers(0, vocab, vocab))
   greedy_draft = jacobi.chain_initializer(drafts.bigram_table(np.asarray(g.tokens), vocab))
   out_of_vocabulary = jacobi.chain_initializer(rng.integers(vocab, 3 * vocab, vocab))
-  negative = lambda tokens, end, width: (jnp.full((tokens.shape[0], width), -3, jnp.int32),
+  negative = lambda tokens, end, width: (jnp.full((tokens.shape[0], width), -(vocab + 3), jnp.int32),
                                          jnp.ones((tokens.shape[0],), bool))
   variants = {
       'pj': lambda c: jacobi.pj_decode(step_fn, c, batch, max_len),

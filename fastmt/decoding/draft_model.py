@@ -27,8 +27,8 @@ plus one call per iteration; it is counted in every timing (the bench), not in `
 verifier's calls, as for every decoder here).
 
 An autoregressive drafter (DraftModel.autoregressive; `--drafter int8`: the verifier's own int8 copy, built by
-fastmt.translate, no training) instead drafts by W - 1 causal calls of its own after every commit
-(draft_autoregressive), its greedy continuation of the committed prefix.
+fastmt.translate, no training) instead drafts by W - 1 causal calls of its own at the start of every
+iteration, from the tokens committed so far (draft_autoregressive): its greedy continuation of the committed prefix.
 """
 
 import dataclasses
@@ -49,8 +49,8 @@ class DraftModel:
   # verifier's (fastmt's reserved symbols appended to an older vocabulary), and an id the verifier has no
   # embedding for must never reach it. None = the drafter's whole vocabulary.
   vocab_size: int | None = None
-  # An autoregressive drafter (draft_autoregressive: W - 1 causal steps after every commit, e.g. the model's
-  # own int8 copy, `--drafter int8`) instead of a selfdraft model's <mask> slots.
+  # An autoregressive drafter (draft_autoregressive: W - 1 causal steps at the start of every iteration, e.g.
+  # the model's own int8 copy, `--drafter int8`) instead of a selfdraft model's <mask> slots.
   autoregressive: bool = False
 
 

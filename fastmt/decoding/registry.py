@@ -114,8 +114,8 @@ _jacobi_cache = lambda width: (lambda max_len, s: max_len + min(width(s, max_len
 # prompt lookup in the row's own output and its source (drafts.lookup_drafts; where nothing matches, Jacobi's
 # own guesses, with the bigram chain if there is a table), 'model' = a separate small selfdraft model with the
 # same vocabulary (decoding/draft_model.py; its own encoder, decoder and cache), 'int8' = the model's own int8
-# copy (fastmt.quantize), drafting W - 1 tokens autoregressively after every commit (no training; it reads the
-# model's encoding of the source), 'bigram' and 'pad' = PGJ's guesses (a draft table; PAD).
+# copy (fastmt.quantize), drafting W - 1 tokens autoregressively at the start of every iteration (no training; it reads
+# the model's encoding of the source), 'bigram' and 'pad' = PGJ's guesses (a draft table; PAD).
 DRAFTERS = ('self', 'ngram', 'model', 'int8', 'bigram', 'pad')
 
 
