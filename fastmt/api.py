@@ -23,7 +23,7 @@ import warnings
 from fastmt import precision, width, workdir as workdir_lib
 from fastmt.decoding import registry
 from fastmt.errors import FastmtError, MissingError
-from fastmt.translate import DecodeSettings, TranslationStats, Translator, int8_drafter_of
+from fastmt.translate import DecodeSettings, SharedInt8Copy, TranslationStats, Translator
 
 _SETTING_NAMES = {f.name for f in dataclasses.fields(DecodeSettings)} - {'algorithm', 'interleaving', 'hrt_symbols',
                                                                        'draft_mask_id', 'draft_model_config'}
@@ -44,7 +44,7 @@ class TranslationModel:
     self._translators = {}
     self._clusters = {}
     self._draft_models = {}
-    self._int8_copy = None  # --drafter int8's copy of the weights, made once, shared by every translator
+    self._int8_copy = SharedInt8Copy(self.config, self.params)  # --drafter int8's, made once
 
   def translator(self, algorithm: str = 'greedy', clusters: str | None = None, draft_model=None,
                  **settings) -> Translator:
@@ -68,15 +68,11 @@ class TranslationModel:
     if key not in self._translators:
       from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
       draft_table = decode_lib.draft_table_for(self.workdir, decode_settings)
-      int8_copy = None
-      if registry.drafts_with_int8_copy(decode_settings):
-        if self._int8_copy is None:
-          self._int8_copy = int8_drafter_of(self.config, self.params)
-        int8_copy = self._int8_copy
       self._translators[key] = Translator(self.config, self.params, self.tokenizer, decode_settings,
                                           self._load_clusters(clusters), draft_table, self.objective,
                                           objective_options=self.objective_options, draft_model=draft_model,
-                                          checkpoint_step=self.step, int8_copy=int8_copy)
+                                          checkpoint_step=self.step,
+                                          int8_copy=self._int8_copy.for_settings(decode_settings))
     return self._translators[key]
 
   def choose_width(self, batch_size: int = 32, calibration=None, clusters: str | None = None, draft_model=None,

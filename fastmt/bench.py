@@ -170,13 +170,12 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
 
   for label, settings, dtype in parsed:
     weights = precision.for_inference(model_config, params, dtype)  # once per method, however many candidates
-    # --drafter int8: the weights' int8 copy, made once per method, shared by spec:auto's candidates
-    int8_copy = translate.int8_drafter_of(*weights) if registry.drafts_with_int8_copy(settings) else None
+    int8_copy = translate.SharedInt8Copy(*weights)  # --drafter int8's, shared by spec:auto's candidates
 
     def translator(settings, table=None, draft_model=None, weights=weights, int8_copy=int8_copy):
       return Translator(*weights, tokenizer, settings, draft_table=table, objective=objective,
                         objective_options=options, draft_model=draft_model,
-                        int8_copy=int8_copy if registry.drafts_with_int8_copy(settings) else None)
+                        int8_copy=int8_copy.for_settings(settings))
 
     table = decode_lib.draft_table_for(workdir, settings)
     draft_model = None

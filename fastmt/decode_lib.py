@@ -288,18 +288,16 @@ class LoadedModel:
   objective: str
   objective_options: dict
   step: int | None = None  # the checkpoint's training step
-  int8_copy: tuple | None = None  # --drafter int8: the weights' int8 copy, made once for every translator
+  int8_copy: translate_lib.SharedInt8Copy | None = None  # --drafter int8's; made with the first translator
+
 
   def translator(self, settings: DecodeSettings, draft_model=None) -> Translator:
     draft_table = draft_table_for(self.workdir, settings)
-    int8_copy = None
-    if registry.drafts_with_int8_copy(settings):
-      if self.int8_copy is None:
-        self.int8_copy = translate_lib.int8_drafter_of(self.config, self.params)
-      int8_copy = self.int8_copy
+    if self.int8_copy is None:
+      self.int8_copy = translate_lib.SharedInt8Copy(self.config, self.params)
     return Translator(self.config, self.params, self.tokenizer, settings, self.clusters, draft_table, self.objective,
                       objective_options=self.objective_options, draft_model=draft_model, checkpoint_step=self.step,
-                      int8_copy=int8_copy)
+                      int8_copy=self.int8_copy.for_settings(settings))
 
 
 def load_model(workdir: str, algorithms=(), clusters_dir: str | None = None, dtype: str = 'float32',

@@ -254,6 +254,23 @@ def int8_drafter_of(config: ModelConfig, params) -> tuple[ModelConfig, dict]:
   return int8_config, {'params': int8_params, 'output_projection': transposed_output_layout(int8_params)}
 
 
+class SharedInt8Copy:
+  """--drafter int8's copy of one model's weights (int8_drafter_of), made on first use and then shared by every
+  Translator of that model that drafts with it (spec:auto's candidates, one per width):
+  Translator(..., int8_copy=shared.for_settings(settings))."""
+
+  def __init__(self, config: ModelConfig, params):
+    self._config, self._params, self._copy = config, params, None
+
+  def for_settings(self, settings):
+    """The copy for a Translator with these settings: None unless they draft with it."""
+    if not registry.drafts_with_int8_copy(settings):
+      return None
+    if self._copy is None:
+      self._copy = int8_drafter_of(self._config, self._params)
+    return self._copy
+
+
 def check_draft_model(draft_model, tokenizer: Tokenizer) -> None:
   """A drafter for --drafter model: trained with the selfdraft objective (its <mask> slots draft), with the
   model's vocabulary piece for piece (drafts are token ids of the model's vocabulary), possibly extended with
@@ -317,7 +334,7 @@ class Translator:
     not known).
   int8_copy: --drafter int8: the model's int8 copy, int8_drafter_of(config, params) of these very weights, when
     the caller holds one already, so that the translators of one model share it (spec:auto's candidates, one
-    per width); None: made here. Only its shape can be checked: a copy of other weights drafts worse (more
+    per width; SharedInt8Copy makes it once); None: made here. Only its shape can be checked: a copy of other weights drafts worse (more
     calls), the output stays this model's greedy output.
   """
 

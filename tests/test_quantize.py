@@ -174,13 +174,12 @@ def test_the_translators_of_one_model_share_its_int8_copy(trained_workdir, train
   """spec:auto+int8 (and choose_width(drafter='int8')) builds a translator per width: the model is quantized
   once, in the library and in the bench, not once per width; a copy of another shape is a clear error."""
   import fastmt  # pylint: disable=g-import-not-at-top
-  from fastmt import api, bench, decode_lib, translate  # pylint: disable=g-import-not-at-top
+  from fastmt import bench, decode_lib, translate  # pylint: disable=g-import-not-at-top
   real_copy, made = translate.int8_drafter_of, []
 
   def counted(config, params):
     made.append(config)
     return real_copy(config, params)
-  monkeypatch.setattr(api, 'int8_drafter_of', counted)
   monkeypatch.setattr(translate, 'int8_drafter_of', counted)
   model = fastmt.load(trained_workdir)
   translators = [model.translator('spec', drafter='int8', block_size=w) for w in (2, 3, 4)]
