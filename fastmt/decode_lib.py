@@ -123,16 +123,23 @@ def _same_file(written: str, other: str, other_dash) -> bool:
 
 
 def check_paths(input_path: str, output_path: str, reference_path: str | None = None,
-                metrics_path: str | None = None, errors: str = 'strict') -> None:
+                metrics_path: str | None = None, errors: str = 'strict') -> int | None:
   """Everything decode.py can check about its files before it loads a model: inputs exist, outputs can be
   written, no output is an input or another output (opening it for writing would erase what it holds), an
   input file (not a stream) has valid UTF-8 with errors='strict', and a reference file has as many lines as
-  the input and, with errors='strict', valid UTF-8."""
+  the input and, with errors='strict', valid UTF-8.
+
+  Returns the input file's lines (count_lines; None for a stream), counted in the same pass as the UTF-8
+  check, so that a caller need not read the file once more for them.
+  """
   check_input_path(input_path)
   check_output_path(output_path)
+  inputs = None
   if errors == 'strict' and os.path.isfile(input_path):
-    for _ in iter_lines(input_path, 'strict'):  # invalid UTF-8 now, naming the line, not after hours of decoding
-      pass
+    # invalid UTF-8 now, naming the line, not after hours of decoding; the same pass counts the lines
+    inputs = sum(1 for _ in iter_lines(input_path, 'strict'))
+  elif os.path.isfile(input_path):
+    inputs = count_lines(input_path)
   if input_path == '-' and reference_path == '-':
     raise FastmtError('--input and --reference both read stdin (-): give the reference as a file')
   if metrics_path == '-' and output_path == '-':
@@ -150,14 +157,14 @@ def check_paths(input_path: str, output_path: str, reference_path: str | None = 
         raise FastmtError(f'{flag} {path!r} is the {what}: writing there would erase it; choose another file')
   if reference_path is not None:
     check_input_path(reference_path, 'reference file')
-    inputs = count_lines(input_path)
     if reference_path == '-' or not os.path.isfile(reference_path):
-      return  # a stream: read once, when scoring
+      return inputs  # a stream: read once, when scoring
     # One pass over the reference: its lines, and (strict) its UTF-8, which would otherwise fail after decoding.
     references = (sum(1 for _ in iter_lines(reference_path, 'strict')) if errors == 'strict'
                   else count_lines(reference_path))
     if inputs is not None and inputs != references:
       raise FastmtError(f'{input_path} has {inputs} lines but the reference {reference_path} has {references}')
+  return inputs
 
 
 def iter_lines(path: str, errors: str = 'strict', counts: InputCounts | None = None) -> Iterator[str]:
@@ -479,7 +486,7 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
   only when every line is translated (replaced_on_success): a run that fails part way (invalid UTF-8 on line
   10,000 of stdin, Ctrl-C) leaves an existing output file as it was.
   """
-  check_paths(input_path, output_path, reference_path, errors=input_errors)
+  total = check_paths(input_path, output_path, reference_path, errors=input_errors)  # None for a stream
   check_bleu_tokenize(bleu_tokenize)
   if batch_size < 1:
     raise FastmtError(f'batch_size must be >= 1, got {batch_size}')
@@ -499,7 +506,6 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
         first_sources.append(line)
       yield line
 
-  total = count_lines(input_path)
   with replaced_on_success(output_path) as out:
     stats, wall, words, hypotheses = translate_stream(translator, remembered(lines),
                                                       lambda line: out.write(line + '\n'), batch_size, total,

@@ -633,6 +633,24 @@ def test_decode_checks_its_files_before_loading_a_model(tmp_path):
   decode_lib.check_paths(str(src), str(tmp_path / 'hyp'), str(tmp_path / 'bad_ref'), errors='replace')
 
 
+def test_check_paths_counts_the_input_lines_in_its_utf8_pass(tmp_path):
+  """check_paths returns the input's lines as count_lines counts them (translate_file's total, the check that
+  every line came out) from the pass that checks its UTF-8; None for a stream."""
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  contents = (b'', b'\n', b'God', b'God\nlight\n', b'God\nlight', b'\xef\xbb\xbfGod\r\nlight\r\n', b'a\n\n\nb\n\n',
+              b'\xff broken\nlight\n')
+  for i, content in enumerate(contents):
+    src = tmp_path / f'src{i}.txt'
+    src.write_bytes(content)
+    want = decode_lib.count_lines(str(src))
+    assert want == content.count(b'\n') + (not content.endswith(b'\n') and content != b''), content
+    assert decode_lib.check_paths(str(src), str(tmp_path / 'hyp'), errors='replace') == want, content
+    if b'\xff' not in content:
+      assert decode_lib.check_paths(str(src), str(tmp_path / 'hyp')) == want, content
+      assert decode_lib.check_paths(str(src), str(tmp_path / 'hyp'), str(src)) == want, content
+  assert decode_lib.check_paths('-', str(tmp_path / 'hyp')) is None
+
+
 def test_decode_cli_checks_its_files_before_it_loads_the_model(tmp_path):
   src = tmp_path / 'src.txt'
   src.write_text('God\n', encoding='utf-8')
