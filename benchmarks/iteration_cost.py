@@ -53,14 +53,22 @@ def padded(translator, ids):
   return source
 
 
+def encoded_memory(model, params, source):
+  """What the decoder's calls read of a source: its encoding, in the cross-attention memory's layout."""
+  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+  return model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+
+
 def call_width(settings) -> int:
   """Positions per call of a greedy or ib decoder."""
   return 1 if settings.algorithm == 'greedy' else settings.interleaving.slots
 
 
-def bare_loop(translator, bucket: int):
+def bare_loop(translator, bucket: int, encoder: bool = True):
   """A jitted (params, output_projection, source [1, bucket], calls) -> tokens: the encoder, then `calls` of the
-  decoder's own calls back to back at batch 1 (module docstring); None for a method without one (PJ, PGJ)."""
+  decoder's own calls back to back at batch 1 (module docstring); None for a method without one (PJ, PGJ).
+  encoder=False: the third argument is the source's memory instead (encoded_memory), and the program is the
+  calls alone (benchmarks/call_context.py)."""
   settings, config = translator.settings, translator.config
   algorithm = settings.algorithm
   if algorithm not in ('greedy', 'ib'):
@@ -76,9 +84,8 @@ def bare_loop(translator, bucket: int):
     offsets = jnp.full((1,), i, jnp.int32)
     return step_fn(tokens, offsets[:, None], causal_window_mask(offsets, 1, cache_length), cache, offsets)
 
-  def run(params, output_projection, source, calls):
-    encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
-    memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+  def run(params, output_projection, source_or_memory, calls):
+    memory = encoded_memory(model, params, source_or_memory) if encoder else source_or_memory
     step_fn = make_step_fn(model, params, memory, output_projection=output_projection)
 
     def body(i, carry):

@@ -140,35 +140,16 @@ def step_cost_curve(config: ModelConfig, params, widths=(1, 2, 3, 4, 5, 8, 16, 3
   (docs/BENCHMARKS.md section 5). Widths are interleaved within each repeat; the median over repeats is
   reported.
   """
-  from fastmt import models  # pylint: disable=g-import-not-at-top
-  from fastmt.decoding.step import best_tokens  # pylint: disable=g-import-not-at-top
-  from fastmt.translate import (DecodeSettings, make_step_fn, output_cap,  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import (DecodeSettings, output_cap,  # pylint: disable=g-import-not-at-top
                                 transposed_output_layout)
-  model = models.Transformer(config)
-  source = jnp.full((batch_size, source_length), 5, jnp.int32)
-  memory = _encode_fn(config)(params, source)
+  memory = curve_memory(config, params, batch_size, source_length)
   # On the device once, as the Translator holds it: a host array would be copied into every timed run (8 MB
   # at the quickstart's shape, about 1 ms on 2 cores), a cost that only calls over several positions paid.
   output_projection = jax.device_put(transposed_output_layout(params))
   if cache_length is None:
     cache_length = max(output_cap(config, source_length, DecodeSettings('greedy')), max(widths) + 8)
 
-  def loop_fn(width):
-    def run(params, output_projection, memory):
-      step_fn = make_step_fn(model, params, memory, output_projection=output_projection)
-      cache = models.init_cache(config, batch_size, cache_length)
-
-      def body(i, carry):
-        cache, tokens = carry
-        offsets = jnp.full((batch_size,), i % 8, jnp.int32)
-        positions = offsets[:, None] + jnp.arange(width)[None, :]
-        mask = models.cache_causal_mask(offsets, width, cache_length)
-        logits, cache = step_fn(tokens, positions, mask, cache, offsets)
-        return cache, best_tokens(logits)  # the next call depends on this one, as in a decoder
-      return jax.lax.fori_loop(0, calls, body, (cache, jnp.full((batch_size, width), 5, jnp.int32)))[1]
-    return jax.jit(run)
-
-  loops = {width: loop_fn(width) for width in widths}
+  loops = {width: step_cost_loop(config, width, batch_size, cache_length, calls) for width in widths}
   for fn in loops.values():  # compile, and run once
     jax.block_until_ready(fn(params, output_projection, memory))
   times = {width: [] for width in widths}
@@ -178,3 +159,33 @@ def step_cost_curve(config: ModelConfig, params, widths=(1, 2, 3, 4, 5, 8, 16, 3
       jax.block_until_ready(loops[width](params, output_projection, memory))
       samples.append(time.perf_counter() - start)
   return {width: 1000 * statistics.median(samples) / calls for width, samples in times.items()}
+
+
+def curve_memory(config: ModelConfig, params, batch_size: int = 1, source_length: int = 40):
+  """The cross-attention memory the step-cost curve's calls read: a source of source_length tokens of one id
+  (5) per row, encoded."""
+  return _encode_fn(config)(params, jnp.full((batch_size, source_length), 5, jnp.int32))
+
+
+def step_cost_loop(config: ModelConfig, width: int, batch_size: int, cache_length: int, calls: int):
+  """The step-cost curve's timed program, jitted: (params, output_projection, memory) -> the last call's tokens,
+  after `calls` calls of `width` new positions each (the Translator's step function, best_tokens of every
+  position fed to the next call) at write offsets cycling through 0-7 of a cache_length-slot cache."""
+  from fastmt import models  # pylint: disable=g-import-not-at-top
+  from fastmt.decoding.step import best_tokens  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import make_step_fn  # pylint: disable=g-import-not-at-top
+  model = models.Transformer(config)
+
+  def run(params, output_projection, memory):
+    step_fn = make_step_fn(model, params, memory, output_projection=output_projection)
+    cache = models.init_cache(config, batch_size, cache_length)
+
+    def body(i, carry):
+      cache, tokens = carry
+      offsets = jnp.full((batch_size,), i % 8, jnp.int32)
+      positions = offsets[:, None] + jnp.arange(width)[None, :]
+      mask = models.cache_causal_mask(offsets, width, cache_length)
+      logits, cache = step_fn(tokens, positions, mask, cache, offsets)
+      return cache, best_tokens(logits)  # the next call depends on this one, as in a decoder
+    return jax.lax.fori_loop(0, calls, body, (cache, jnp.full((batch_size, width), 5, jnp.int32)))[1]
+  return jax.jit(run)

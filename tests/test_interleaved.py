@@ -563,9 +563,15 @@ def test_the_iteration_cost_scripts_bare_loop_makes_the_decoders_own_calls(inter
       z = layout.slots  # the last step may hold EOS where the layout would not: the full steps before it
       expected = [reordered[(n - 1) * z:n * z] for n in range(1, calls)]
     assert len(expected) >= 2, (method, calls)  # the check needs a few calls
+    # without its encoder (benchmarks/call_context.py), given the source's memory: the same calls
+    alone = script.bare_loop(translator, source.shape[1], encoder=False)
+    model = models.Transformer(translator.config)
+    memory = script.encoded_memory(model, translator.params, jnp.asarray(source))
     for n, want in enumerate(expected, 1):
       got = np.asarray(loop(translator.params, translator.output_projection, source, np.int32(n)))[0]
       np.testing.assert_array_equal(got, want, err_msg=f'{method}, after {n} calls')
+      got = np.asarray(alone(translator.params, translator.output_projection, memory, np.int32(n)))[0]
+      np.testing.assert_array_equal(got, want, err_msg=f'{method}, after {n} calls, without the encoder')
   assert script.bare_loop(bench.build_translators(trained_workdir, ['pgj:3'])[0]['pgj:3'], 16) is None
 
 
