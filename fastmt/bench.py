@@ -41,9 +41,9 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
   (speculative, window W, the model's own drafts), then optionally '+bigram' (Jacobi draft guesses; spec: the
   bigram drafter), '+ngram' (spec: prompt-lookup drafts; '+ngramM': also in the last M tokens of the
   earlier outputs of the same pass, ngram_memory), '+model' (spec: a separate drafter model,
-  --drafter_workdir), '+pad' (spec: PAD guesses) or '+dedupN' (ib: remove
-  repeated n-grams up to N); spec's +ngram, +bigram and +pad may be followed by '+pool' or '+pool2' (also the
-  trajectory pool, keyed on 1 or 2 tokens: spec:3+ngram+pool); and '@bf16' (half precision), '@int8' or
+  --drafter_workdir), '+pad' (spec: PAD guesses), '+dedupN' (ib: remove repeated n-grams up to N) or
+  '+repN' (greedy, hrt: the repetition guard, max_repeats N; +rep = 8); spec's +ngram, +bigram and +pad may
+  be followed by '+pool' or '+pool2' (also the trajectory pool, keyed on 1 or 2 tokens: spec:3+ngram+pool); and '@bf16' (half precision), '@int8' or
   '@int8_layers' (8-bit, fastmt.quantize), '@bf16_int8' or '@bf16_int8_layers' (both) -> (label, settings, dtype). 'spec:auto' (allow_auto: the
   bench's own translators) is spec at the width that times fastest per batch size (fastmt.width; its settings
   carry the widest candidate); elsewhere a width must be named."""
@@ -67,7 +67,7 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
     if len(args) > most:
       raise FastmtError(f'{label}: {name} takes at most {most} number{"s" if most != 1 else ""} after it '
                         f'(e.g. {example})')
-    if init and not any(init == x or (x == 'dedupN' and init.startswith('dedup'))
+    if init and not any(init == x or (x in ('dedupN', 'repN') and init.startswith(x[:-1]))
                         or (x == 'ngram' and init.startswith('ngram') and init[5:].isdigit()) for x in suffixes):
       raise FastmtError(f'{label}: unknown suffix +{init} for {name}'
                         + (f': use one of {["+" + x for x in suffixes]}' if suffixes else ' (it takes none)'))
@@ -89,9 +89,17 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
       init, memory = 'ngram', {'ngram_memory': int(init[5:])}
     return label, DecodeSettings('spec', block_size=values[0] if values else 4, drafter=init or 'self',
                                  ngram_pool=pool, **memory), dtype
+  guard = {}
+  if name in ('greedy', 'hrt') and init:  # +repN: the repetition guard
+    try:
+      guard = {'max_repeats': int(init[len('rep'):] or 8)}
+    except ValueError:
+      raise FastmtError(f'{label}: +repN takes an integer N, got +{init}') from None
   if name == 'hrt':
     return label, DecodeSettings('hrt', beam_size=values[0] if values else None,
-                                 nat_beam_size=values[1] if len(values) > 1 else 1), dtype
+                                 nat_beam_size=values[1] if len(values) > 1 else 1, **guard), dtype
+  if name == 'greedy':
+    return label, DecodeSettings('greedy', **guard), dtype
   jacobi = {'jacobi_init': init or 'pad'} if name in ('pj', 'pgj', 'hgj') else {}
   if name in ('pgj', 'hgj'):
     block = values[0] if values else 3
@@ -115,9 +123,9 @@ def _trajectory_pool_suffix(label: str, init: str) -> tuple[str, int]:
 
 
 # What each method name takes (parse_method's forms): (at most this many numbers, suffixes, an example).
-_METHOD_FORMS = {'greedy': (0, (), 'greedy'), 'beam': (1, (), 'beam:4'), 'pj': (0, ('bigram', 'pad'), 'pj+bigram'),
+_METHOD_FORMS = {'greedy': (0, ('repN',), 'greedy'), 'beam': (1, (), 'beam:4'), 'pj': (0, ('bigram', 'pad'), 'pj+bigram'),
                  'pgj': (1, ('bigram', 'pad'), 'pgj:3'), 'hgj': (2, ('bigram', 'pad'), 'hgj:3:16'),
-                 'ib': (1, ('dedupN',), 'ib:4'), 'hrt': (2, (), 'hrt:5:1'), 'spec': (1, registry.DRAFTERS, 'spec:3+ngram')}
+                 'ib': (1, ('dedupN',), 'ib:4'), 'hrt': (2, ('repN',), 'hrt:5:1'), 'spec': (1, registry.DRAFTERS, 'spec:3+ngram')}
 
 
 def source_words(texts) -> int:
@@ -406,7 +414,8 @@ def define_flags():
                     'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L], spec:W (own drafts; spec:W+bigram, +ngram, '
                     '+model, +pad; after +ngram, +bigram or +pad, +pool or +pool2 adds the trajectory pool: '
                     'spec:3+ngram+pool; spec:auto: the width that times fastest on validation sentences, 1 = greedy), '
-                    'ib, ib:K, hrt, hrt:B_AT:B_NAT; append +bigram for Jacobi draft guesses (pgj:3+bigram) and @bf16 '
+                    'ib, ib:K, hrt, hrt:B_AT:B_NAT; append +bigram for Jacobi draft guesses (pgj:3+bigram), +repN to greedy '
+                    'or hrt for the repetition guard (hrt+rep4), and @bf16 '
                     'for half precision (greedy@bf16). See parse_method.')
   flags.DEFINE_integer('batch_size', 32, 'The large batch.')
   flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed at batch 1.')

@@ -46,6 +46,10 @@ def define_flags():
   flags.DEFINE_integer('nat_beam_size', 1, '--algorithm hrt: Skip-AT hypotheses (of --beam_size) that stage II fills.')
   flags.DEFINE_integer('dedup_ngram', 0, '--algorithm ib: remove immediately repeated n-grams up to this n '
                        '(the interleaved paper\'s optional deduplication; 0 = off).')
+  flags.DEFINE_integer('max_repeats', 0, '--algorithm greedy or hrt: the repetition guard: a row ends at this many '
+                       'identical tokens in a row, keeping one (0 = off; 8 was best on the built-in corpus\'s '
+                       'validation split: it ends run-ons but not the stutters a model recovers from; it changes '
+                       'the output, so the exact decoders do not take it).')
   flags.DEFINE_enum('end_rule', 'any', list(interleaved.END_RULES), '--algorithm ib: which steps end a '
                     'hypothesis. any = Algorithm 1\'s (an EOS in any slot); layout = only the combinations a '
                     'training target ends with (words in the first slots, then EOS in every other; the paper '
@@ -145,7 +149,8 @@ def main(argv):
                             parallel_length=FLAGS.parallel_length,
                             jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram, end_rule=FLAGS.end_rule,
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
-                            drafter=FLAGS.drafter, ngram_memory=FLAGS.ngram_memory, ngram_pool=FLAGS.ngram_pool)
+                            drafter=FLAGS.drafter, ngram_memory=FLAGS.ngram_memory, ngram_pool=FLAGS.ngram_pool,
+                            max_repeats=FLAGS.max_repeats)
   _warn_of_unused_flags()
   _check_drafter_workdir()
   # Before the model loads: a mistyped path or setting costs nothing.

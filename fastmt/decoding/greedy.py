@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fastmt.decoding import repeats
 from fastmt.decoding.step import (BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, best_tokens, cache_slots,
                                   causal_window_mask, check_counts, check_special_ids, checked_step_output,
                                   output_lengths)
@@ -18,6 +19,7 @@ class GreedyState:
   tokens: jax.Array  # int32 [B, L + 1]: BOS, then the outputs; PAD after EOS
   done: jax.Array  # bool [B]: the row has produced EOS
   cache: Any
+  run: Any = None  # int32 [B] with the repetition guard: copies of the last output in a row; None without it
 
 
 @flax.struct.dataclass
@@ -43,16 +45,19 @@ def row_limits(batch_size: int, max_length: int, row_caps) -> jax.Array:
 
 def greedy_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_length: int,
                   row_caps: jax.Array | None = None, *, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
-                  pad_id: int = PAD_ID) -> DecodeOutput:
+                  pad_id: int = PAD_ID, max_repeats: int = 0) -> DecodeOutput:
   """Greedy decoding of up to max_length tokens (EOS included); stops when every row is done.
 
   row_caps: optional int32 [B], each row's own output cap (<= max_length, the static bound); 0 = a padding
     row, done from the start. A row is done at its EOS or at its cap.
   bos_id, eos_id, pad_id: the model's special ids (fastmt's by default; step.check_special_ids): the first
     input of every row, the token that ends a row, the filler after it.
+  max_repeats: the repetition guard (fastmt.decoding.repeats; 0 = off): a row is also done when its last
+    max_repeats outputs are one token, and its output keeps one copy of them, then EOS.
   The cache must have at least max_length slots. Rows that finished keep running (shapes are static) but
-  their outputs are PAD; `decoder_calls` counts, per row, the calls up to its EOS or cap.
+  their outputs are PAD; `decoder_calls` counts, per row, the calls up to its EOS, cap or guard.
   """
+  repeats.check_max_repeats(max_repeats)
   check_counts(batch_size=batch_size, max_length=max_length)
   cache_length = cache_slots(cache, batch_size)
   if cache_length < max_length:
@@ -60,7 +65,8 @@ def greedy_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
   bos_id, eos_id, pad_id = check_special_ids(bos_id, eos_id, pad_id)
   caps = row_limits(batch_size, max_length, row_caps)
   tokens = jnp.full((batch_size, max_length + 1), pad_id, jnp.int32).at[:, 0].set(bos_id)
-  state = GreedyState(jnp.int32(0), tokens, caps <= 0, cache)
+  state = GreedyState(jnp.int32(0), tokens, caps <= 0, cache,
+                      jnp.zeros((batch_size,), jnp.int32) if max_repeats else None)
 
   def not_finished(state):
     return (state.step < max_length) & ~state.done.all()
@@ -75,9 +81,18 @@ def greedy_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
     next_token = jnp.where(state.done, pad_id, next_token)
     tokens = jax.lax.dynamic_update_slice_in_dim(state.tokens, next_token[:, None], state.step + 1, axis=1)
     done = state.done | (next_token == eos_id) | (state.step + 1 >= caps)
-    return GreedyState(state.step + 1, tokens, done, cache)
+    run = None
+    if max_repeats:  # a counter, not a look back over the outputs: two element-wise ops a step
+      run = jnp.where(next_token == current[:, 0], state.run + 1, 1)
+      regular = (next_token != bos_id) & (next_token != eos_id) & (next_token != pad_id)
+      done |= (run >= max_repeats) & regular
+    return GreedyState(state.step + 1, tokens, done, cache, run)
 
   state = jax.lax.while_loop(not_finished, advance, state)
   outputs = state.tokens[:, 1:]
   # A row without EOS ran to its cap, so its length (capped) is also its number of calls.
-  return DecodeOutput(outputs, jnp.minimum(output_lengths(outputs, eos_id), caps), state.step)
+  calls = jnp.minimum(output_lengths(outputs, eos_id), caps)
+  if max_repeats:  # a guarded row stopped at its run's last copy: cut it to one copy
+    outputs, run_end = repeats.cut_first_run(outputs, max_repeats, eos_id, pad_id, bos_id)
+    calls = jnp.where(run_end >= 0, run_end, calls)
+  return DecodeOutput(outputs, calls, state.step)

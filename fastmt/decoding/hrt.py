@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fastmt.decoding import chunks
+from fastmt.decoding import chunks, repeats
 from fastmt.decoding.beam import beam_search_top
 from fastmt.decoding.greedy import DecodeOutput, greedy_search, row_limits
 from fastmt.decoding.step import PAD_ID, DecoderStepFn, best_tokens
@@ -110,29 +110,37 @@ def _stage_one_inputs(step_fn: DecoderStepFn, cache, max_length: int, k: int, bo
 
 
 def stage_one_greedy(step_fn: DecoderStepFn, cache, batch_size: int, max_length: int, k: int, bos_k_id: int,
-                     caps: jax.Array) -> DecodeOutput:
+                     caps: jax.Array, max_repeats: int = 0) -> DecodeOutput:
   """Stage I alone with b_at = 1 (greedy Skip-AT; tokens [B, max_length // k]): what hrt_decode runs before
-  stage II, and what benchmarks/hrt_cost.py times on its own."""
+  stage II, and what benchmarks/hrt_cost.py times on its own. max_repeats: greedy_search's repetition guard on
+  the Skip-AT tokens (a loop of one or of k tokens in the output repeats one token there)."""
   skip, first_cache, first_length, first_caps = _stage_one_inputs(step_fn, cache, max_length, k, bos_k_id, caps)
-  return greedy_search(skip, first_cache, batch_size, first_length, first_caps)
+  return greedy_search(skip, first_cache, batch_size, first_length, first_caps, max_repeats=max_repeats)
 
 
 def hrt_decode(step_fn: DecoderStepFn, cache, batch_size: int, max_length: int, chunk_size: int, mask_id: int,
                bos_k_id: int, beam_size: int = 1, nat_beam_size: int = 1, alpha: float = 0.6,
-               row_caps: jax.Array | None = None) -> DecodeOutput:
+               row_caps: jax.Array | None = None, max_repeats: int = 0) -> DecodeOutput:
   """Two-stage HRT decoding; step_fn and cache on batch_size * beam_size rows, cache of max_length slots.
 
-  decoder_calls counts stage I's calls plus the one stage II call.
+  decoder_calls counts stage I's calls plus the one stage II call. max_repeats (greedy stage I only; 0 = off):
+  the repetition guard (fastmt.decoding.repeats) on stage I's tokens, and on the two stages' output.
   """
   k = chunk_size
   if not 1 <= nat_beam_size <= beam_size:
     raise ValueError(f'HRT needs 1 <= nat_beam_size <= beam_size, got {nat_beam_size} and {beam_size}')
+  repeats.check_max_repeats(max_repeats)
+  if max_repeats and beam_size > 1:
+    raise ValueError('the repetition guard (max_repeats) acts on greedy stage I only (beam_size 1)')
   caps = row_limits(batch_size, max_length, row_caps)
   if beam_size == 1:
-    first = stage_one_greedy(step_fn, cache, batch_size, max_length, k, bos_k_id, caps)
+    first = stage_one_greedy(step_fn, cache, batch_size, max_length, k, bos_k_id, caps, max_repeats)
     tokens, _ = fill_masks_bucketed(step_fn, cache, first.tokens, k, mask_id)
     calls = first.decoder_calls + (caps > 0)
-    return DecodeOutput(_fit(tokens, caps, max_length), calls, first.loop_iterations + 1)
+    tokens = _fit(tokens, caps, max_length)
+    if max_repeats:  # a run that stage II's words make with stage I's
+      tokens, _ = repeats.cut_first_run(tokens, max_repeats)
+    return DecodeOutput(tokens, calls, first.loop_iterations + 1)
 
   skip, first_cache, first_length, first_caps = _stage_one_inputs(step_fn, cache, max_length, k, bos_k_id, caps)
   first, skip_scores = beam_search_top(skip, first_cache, batch_size, beam_size, first_length, nat_beam_size,

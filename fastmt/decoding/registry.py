@@ -49,6 +49,9 @@ def _check_hrt(settings):
                       f'{settings.nat_beam_size}, beam_size={settings.beam_size}')
   if settings.chunk_size < 0:
     raise FastmtError(f'chunk_size must be >= 0 (0 = the one the model was trained with), got {settings.chunk_size}')
+  if settings.max_repeats and settings.beam_size > 1:
+    raise FastmtError(f'max_repeats (the repetition guard) acts on greedy stage I (beam_size 1), not on beam_size='
+                      f'{settings.beam_size}')
 
 
 def _hrt(step_fn, cache, batch, max_len, s, _, caps):
@@ -56,7 +59,7 @@ def _hrt(step_fn, cache, batch, max_len, s, _, caps):
     raise FastmtError('--algorithm hrt needs the model\'s <mask> and <bos_k> ids, resolved from its work directory')
   mask_id, bos_k_id = s.hrt_symbols
   return hrt.hrt_decode(step_fn, cache, batch, max_len, s.chunk_size, mask_id, bos_k_id, s.beam_size,
-                        s.nat_beam_size, s.alpha, caps)
+                        s.nat_beam_size, s.alpha, caps, s.max_repeats)
 
 
 def _check_interleaved(settings):
@@ -172,7 +175,7 @@ def _spec_cache(max_len, s):
 ALGORITHMS = {
     'greedy': Algorithm(
         run=lambda step_fn, cache, batch, max_len, s, _, caps: greedy.greedy_search(
-            step_fn, cache, batch, max_len, caps)),
+            step_fn, cache, batch, max_len, caps, max_repeats=s.max_repeats)),
     'beam': Algorithm(
         run=lambda step_fn, cache, batch, max_len, s, _, caps: beam.beam_search(
             step_fn, cache, batch, s.beam_size, max_len, s.alpha, caps),
@@ -220,7 +223,7 @@ def get(name: str) -> Algorithm:
 
 
 _WHOLE_NUMBER_SETTINGS = ('beam_size', 'block_size', 'parallel_length', 'dedup_ngram', 'chunk_size', 'nat_beam_size',
-                          'ngram_memory', 'ngram_pool')
+                          'ngram_memory', 'ngram_pool', 'max_repeats')
 _NAME_SETTINGS = ('algorithm', 'jacobi_init', 'drafter', 'end_rule')
 
 
@@ -233,6 +236,10 @@ def check_whole_number(name: str, value) -> None:
       hint = (': in Python, model.choose_width(batch_size, drafter=...) times the widths and returns the fastest, '
               'to translate with as block_size')
     raise FastmtError(f'{name} must be a whole number, got {value!r} ({type(value).__name__}){hint}')
+
+
+# Decoders whose output is greedy's, token for token (the Jacobi decoders and speculative decoding).
+EXACT_DECODERS = ('pj', 'pgj', 'hgj', 'spec')
 
 
 def validate(settings) -> None:
@@ -259,6 +266,14 @@ def validate(settings) -> None:
     raise FastmtError('ngram_pool (the trajectory pool) drafts for --algorithm spec with --drafter ngram, bigram or '
                       f'pad, not --algorithm {settings.algorithm}'
                       + (f' --drafter {settings.drafter}' if settings.algorithm == 'spec' else ''))
+  if settings.max_repeats == 1 or settings.max_repeats < 0:
+    raise FastmtError(f'max_repeats must be 0 (off) or >= 2 (a row ends at that many identical tokens in a row), '
+                      f'got {settings.max_repeats}')
+  if settings.max_repeats and settings.algorithm not in ('greedy', 'hrt'):
+    raise FastmtError(f'max_repeats (the repetition guard) changes the output, so it acts on --algorithm greedy and '
+                      f'hrt only, not {settings.algorithm}'
+                      + (' (an exact decoder: its output is greedy\'s)' if settings.algorithm in EXACT_DECODERS
+                         else ''))
   get(settings.algorithm).check(settings)
 
 
@@ -268,7 +283,7 @@ SETTING_ALGORITHMS = {'beam_size': ('beam', 'ib', 'hrt'), 'alpha': ('beam', 'ib'
                       'block_size': ('pgj', 'hgj', 'spec'), 'parallel_length': ('hgj',),
                       'jacobi_init': ('pj', 'pgj', 'hgj', 'spec'), 'dedup_ngram': ('ib',), 'end_rule': ('ib',),
                       'chunk_size': ('hrt',), 'nat_beam_size': ('hrt',), 'drafter': ('spec',),
-                      'ngram_memory': ('spec',), 'ngram_pool': ('spec',)}
+                      'ngram_memory': ('spec',), 'ngram_pool': ('spec',), 'max_repeats': ('greedy', 'hrt')}
 
 
 def ignored_settings(algorithm: str, names) -> list[str]:
