@@ -95,11 +95,11 @@ if has_stage eval; then
   done
   if [[ ${#main[@]} -gt 0 ]]; then
     # shellcheck disable=SC2086
-    $PY -m fastmt.bench --workdir "$AT" --split test --methods greedy,beam:5,hrt,hrt:5:1 \
+    $PY -m fastmt.bench --workdir "$AT" --split test --methods greedy,beam:5,hrt,hrt:5:1,hrt+rep8 \
       --compare "$(IFS=,; echo "${main[*]}")" --batch_size 32 --exactness_at_batch1=false --nofloor \
       --output_dir "$RUNS/eval_b32" $BENCH_FLAGS
     # shellcheck disable=SC2086
-    $PY -m fastmt.bench --workdir "$AT" --split test --methods greedy,beam:5,hrt,hrt:5:1 \
+    $PY -m fastmt.bench --workdir "$AT" --split test --methods greedy,beam:5,hrt,hrt:5:1,hrt+rep8 \
       --compare "$(IFS=,; echo "${main[*]}")" --batch_size 8 --speed_sentences 0 --exactness_at_batch1=false \
       --nofloor --output_dir "$RUNS/eval_b8" $BENCH_FLAGS
   fi

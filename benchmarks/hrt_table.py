@@ -9,7 +9,8 @@ eval_ablations: BLEU of the ablation rows).
 
 Per model and method: test BLEU/chrF, decoder calls per sentence, and the speed-up against the AT model's
 greedy at batch 1, 8 and 32 (each measured side by side in one process, interleaved repeats, median).
-Methods: greedy (AT; on an HRT model, C_d = 1: its AT task alone), beam:5, hrt (b_at = b_nat = 1) and hrt:5:1.
+Methods: greedy (AT; on an HRT model, C_d = 1: its AT task alone), beam:5, hrt (b_at = b_nat = 1), hrt:5:1 and
+hrt+rep8 (hrt with the repetition guard, max_repeats 8: docs/BENCHMARKS.md section 6).
 """
 
 import argparse
