@@ -21,7 +21,9 @@ call:
 
 The last column, excess ms/sentence, is what a sentence's n calls after the encoder cost beyond n calls at
 the "own calls" price: (T(encoder + n calls) - T(encoder alone)) - n x own calls, a cost per sentence, like the
-encoder's, that the ideal does not count. And, to see where in a sentence the difference lies, the marginal cost of calls 1, 2, 3-4, 5-8, 9-16, 17-32
+encoder's, that the ideal does not count. Run back to back, each encoder of a program with calls follows the
+previous run's calls, as in a stream of sentences, while the encoder-alone program follows an encoder: the
+excess (and the first bin below) carries the encoder's own slowdown after the calls too. And, to see where in a sentence the difference lies, the marginal cost of calls 1, 2, 3-4, 5-8, 9-16, 17-32
 and 33-64 of the program, with and without the encoder before them. Every figure is at one source bucket (by
 default the commonest among the split's first --sentences sources), on the sentences of that bucket; for each
 sentence every program of every row (the curve's columns too: roofline.step_cost_loop, a run's time / 64 as

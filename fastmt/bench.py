@@ -95,6 +95,8 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
       guard = {'max_repeats': int(init[len('rep'):] or 8)}
     except ValueError:
       raise FastmtError(f'{label}: +repN takes an integer N, got +{init}') from None
+    if not guard['max_repeats']:  # the label would say guarded
+      raise FastmtError(f'{label}: +rep0 is no guard; leave the suffix out (+repN, N >= 2)')
   if name == 'hrt':
     return label, DecodeSettings('hrt', beam_size=values[0] if values else None,
                                  nat_beam_size=values[1] if len(values) > 1 else 1, **guard), dtype

@@ -76,7 +76,8 @@ class DecodeSettings:
   # n-grams of the window's own predictions, drafts.TrajectoryPool) keyed on this many tokens (1 or 2; 0 = off).
   ngram_pool: int = 0
   # --algorithm greedy or hrt: the repetition guard (fastmt.decoding.repeats): a row ends at this many identical
-  # tokens in a row, keeping one (0 = off; 8 on the built-in corpus: above the small models' stutters).
+  # tokens in a row, keeping one (0 = off; 8 on the built-in corpus: above most of its small models' stutters;
+  # hrt counts stage I's tokens, every k-th word).
   max_repeats: int = 0
 
   def __post_init__(self):

@@ -55,6 +55,11 @@ def test_the_guarded_loop_stops_where_the_cut_finds_the_run():
     np.testing.assert_array_equal(guarded.tokens, cut)
     np.testing.assert_array_equal(guarded.decoder_calls, np.where(run_end >= 0, run_end, plain.decoder_calls))
     assert (np.asarray(run_end) >= 0).any() and (np.asarray(run_end) < 0).any()  # both kinds of row
+    # The loop itself stops there (the cut after it would hide a counter that fires late or never): each row
+    # alone runs exactly as many iterations as its guarded calls.
+    for b in range(0, 64, 4):
+      alone = greedy_search(positional_step(sequences[b:b + 1]), stub_cache(1, 12), 1, 12, max_repeats=max_repeats)
+      assert int(alone.loop_iterations) == int(guarded.decoder_calls[b]), (max_repeats, sequences[b])
 
 
 def test_greedy_with_the_guard_stops_a_run_on_and_keeps_the_others():
@@ -75,6 +80,22 @@ def test_greedy_with_the_guard_stops_a_run_on_and_keeps_the_others():
     greedy_search(step, stub_cache(4, 10), 4, 10, max_repeats=1)
 
 
+def test_the_guard_with_row_caps_padding_rows_and_special_tokens():
+  """Caps below the buffer, a padding row (cap 0), the guard firing on the cap's own step, and BOS / PAD
+  emitted inside a row (no words: never a run)."""
+  sequences = rows([W, Y, Y, Y, X, X],  # the third Y is the cap's step: both end the row there
+                   [W, W, W, W, W, W],  # a padding row
+                   [BOS_ID, BOS_ID, BOS_ID, PAD_ID, PAD_ID, PAD_ID, X, EOS_ID],  # specials repeated: no run
+                   [X, X, W, W, W, W],  # capped before its run
+                   width=10)
+  caps = jnp.array([4, 0, 10, 4], jnp.int32)
+  out = greedy_search(positional_step(sequences), stub_cache(4, 10), 4, 10, caps, max_repeats=3)
+  np.testing.assert_array_equal(out.tokens, rows([W, Y, EOS_ID], [], [BOS_ID, BOS_ID, BOS_ID, PAD_ID, PAD_ID,
+                                                                       PAD_ID, X, EOS_ID], [X, X, W, W], width=10))
+  assert np.asarray(out.decoder_calls).tolist() == [4, 0, 8, 4]
+  assert int(out.loop_iterations) == 8
+
+
 def test_hrt_with_the_guard_stops_stage_one_and_cuts_the_output():
   """k = 2: a run-on of one word shows in stage I's tokens (every second word), which stop after 3 of them; the
   output keeps one copy."""
@@ -87,7 +108,11 @@ def test_hrt_with_the_guard_stops_stage_one_and_cuts_the_output():
   np.testing.assert_array_equal(guarded.tokens, rows([W, X, Y, EOS_ID], [W, X, W, X, Y, EOS_ID], width=24))
   # stage I: X, Y, Y, Y (the guard fires at the third Y), then the one stage II call
   assert np.asarray(guarded.decoder_calls).tolist() == [4 + 1, 3 + 1]
-  assert int(guarded.loop_iterations) < int(plain.loop_iterations)
+  assert int(guarded.loop_iterations) == 4 + 1 and int(plain.loop_iterations) == 12 + 1
+  # Where the output's cut does not reach: stage II fills the masks around stage I's last copy, so the output
+  # may keep up to 2k - 1 copies of a loop's word, fewer than R (documented in DecodeSettings.max_repeats).
+  long_guard = hrt_decode(step, stub_cache(2, 24), 2, 24, 2, MASK_ID, BOS_K, max_repeats=8)
+  np.testing.assert_array_equal(long_guard.tokens[0], rows([W, X, Y, Y, Y, EOS_ID], width=24)[0])
   with pytest.raises(ValueError, match='greedy stage I'):
     hrt_decode(step, stub_cache(4, 24), 2, 24, 2, MASK_ID, BOS_K, beam_size=2, max_repeats=3)
 
@@ -110,7 +135,8 @@ def test_settings_take_the_guard_for_greedy_and_hrt_only():
   assert bench.parse_method('hrt+rep4')[1].max_repeats == 4
   assert bench.parse_method('greedy+rep')[1].max_repeats == 8
   assert bench.parse_method('greedy+rep3@int8')[1].max_repeats == 3
-  for bad, message in (('greedy+repx', 'takes an integer'), ('spec:3+rep4', 'unknown suffix'),
+  for bad, message in (('greedy+repx', 'takes an integer'), ('greedy+rep0', 'leave the suffix out'),
+                       ('spec:3+rep4', 'unknown suffix'),
                        ('beam:4+rep4', 'unknown suffix')):
     with pytest.raises(FastmtError, match=message):
       bench.parse_method(bad)

@@ -48,8 +48,9 @@ def define_flags():
                        '(the interleaved paper\'s optional deduplication; 0 = off).')
   flags.DEFINE_integer('max_repeats', 0, '--algorithm greedy or hrt: the repetition guard: a row ends at this many '
                        'identical tokens in a row, keeping one (0 = off; 8 was best on the built-in corpus\'s '
-                       'validation split: it ends run-ons but not the stutters a model recovers from; it changes '
-                       'the output, so the exact decoders do not take it).')
+                       'validation split, where smaller values also end stutters a model recovers from; hrt counts '
+                       'stage I\'s tokens, every k-th word; it changes the output, so the exact decoders do not '
+                       'take it).')
   flags.DEFINE_enum('end_rule', 'any', list(interleaved.END_RULES), '--algorithm ib: which steps end a '
                     'hypothesis. any = Algorithm 1\'s (an EOS in any slot); layout = only the combinations a '
                     'training target ends with (words in the first slots, then EOS in every other; the paper '

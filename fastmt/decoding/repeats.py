@@ -7,10 +7,17 @@ section 6), and its copies carry nothing, so ending the row both frees the batch
 price: a model that stutters and then recovers ("euch selbst selbst selbst selbst, um des Todes, ...") loses
 what it would have said after the stutter, so max_repeats must sit above the stutters and below the run-ons.
 No human translation of the built-in corpus's training split repeats a piece 4 times in a row (51,766 targets:
-at most 3, six times), but its small models stutter for 4-6 copies and recover; on its validation split 8 cut
-every run-on of the HRT model and changed no AT output's score (section 6: 3-5 cost chrF). A corpus whose text
-repeats a piece ("ha ha ha ha", "!!!!") needs its own choice. The guard changes the decoder's output, so the
-exact decoders (Jacobi, speculative: greedy's output, token for token) do not take it; greedy and HRT do.
+at most 3, six times), but its small models stutter for 4-6 copies and recover; on its validation split 8 ended
+every two-pass run-on of the HRT model and changed 3 of the 433 AT outputs (BLEU +0.02, chrF +0.01; two of them
+long stutters the model had recovered from), where 3-5 cost chrF (docs/BENCHMARKS.md section 6). A corpus whose
+text repeats a piece ("ha ha ha ha", "!!!!") needs its own choice.
+
+HRT (hrt.hrt_decode) guards stage I's tokens, every k-th word: a loop of one word, or of k words, repeats one
+token there, and so would a list whose every k-th piece is the same (eight commas at every second piece, at
+R = 8, k = 2). Stage II then fills the masks around stage I's last copy, so the output may keep up to 2k - 1
+copies of a loop's word; the two stages' output is cut at R identical tokens as well. The guard changes the
+decoder's output, so the exact decoders (Jacobi, speculative: greedy's output, token for token) do not take it;
+greedy and HRT do.
 """
 
 import jax
