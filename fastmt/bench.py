@@ -417,7 +417,7 @@ def define_flags():
                     '+model, +pad; after +ngram, +bigram or +pad, +pool or +pool2 adds the trajectory pool: '
                     'spec:3+ngram+pool; spec:auto: the width that times fastest on validation sentences, 1 = greedy), '
                     'ib, ib:K, hrt, hrt:B_AT:B_NAT; append +bigram for Jacobi draft guesses (pgj:3+bigram), +repN to greedy '
-                    'or hrt for the repetition guard (hrt+rep4), and @bf16 '
+                    'or hrt for the repetition guard (hrt+rep8), and @bf16 '
                     'for half precision (greedy@bf16). See parse_method.')
   flags.DEFINE_integer('batch_size', 32, 'The large batch.')
   flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed at batch 1.')
