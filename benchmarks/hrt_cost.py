@@ -8,6 +8,7 @@ functions are timed in rotation, compile time excluded, `--repeats` rounds, the 
   encoder   the AT model's encoder and cross-attention keys/values alone
   stage_1   the HRT model's encoder plus stage I (Skip-AT greedy over every k-th position)
   hrt       the HRT model's whole two-pass decoding (stage I + stage II)
+(--max_repeats R: the HRT model's stage I and two passes with the repetition guard, as decode.py's.)
 Stage II's cost is hrt - stage_1. The bound "stage II free" = at / stage_1 is the most that fewer
 autoregressive steps could give with this encoder; the measured speed-up is at / hrt. Run it on a quiet machine.
 """
@@ -43,7 +44,7 @@ def stage_one_only(params, source, caps, output_projection, *, config, settings)
   step_fn = translate.make_step_fn(model, params, memory, None, output_projection)
   cache = models.init_cache(config, source.shape[0], max_len)
   return hrt.stage_one_greedy(step_fn, cache, source.shape[0], max_len, settings.chunk_size,
-                              settings.hrt_symbols[1], caps).tokens
+                              settings.hrt_symbols[1], caps, settings.max_repeats).tokens
 
 
 def padded_source(ids):
@@ -57,7 +58,7 @@ def padded_source(ids):
 def main(argv):
   del argv
   at = translate_setup(FLAGS.at, 'greedy')
-  two_pass = translate_setup(FLAGS.hrt, 'hrt')
+  two_pass = translate_setup(FLAGS.hrt, 'hrt', max_repeats=FLAGS.max_repeats)
   texts = corpus.load_split(workdir_lib.load_train_config(FLAGS.at).dataset, 'test').sources[:FLAGS.sentences]
   at_config, hrt_config = at.config, two_pass.config
   enc = jax.jit(functools.partial(encoder_only, config=at_config))
@@ -104,11 +105,11 @@ def main(argv):
       json.dump(report, f, indent=1)
 
 
-def translate_setup(workdir, algorithm):
+def translate_setup(workdir, algorithm, **settings):
   """The Translator fastmt.bench would build for this workdir and algorithm (E^T layout, resolved settings)."""
   config = workdir_lib.load_model_config(workdir)
   params, _ = workdir_lib.restore_params(workdir, config)
-  return translate.Translator(config, params, workdir_lib.load_tokenizer(workdir), translate.DecodeSettings(algorithm),
+  return translate.Translator(config, params, workdir_lib.load_tokenizer(workdir), translate.DecodeSettings(algorithm, **settings),
                               objective=workdir_lib.load_objective(workdir),
                               objective_options=workdir_lib.load_objective_options(workdir))
 
@@ -119,5 +120,7 @@ if __name__ == '__main__':
   flags.DEFINE_integer('sentences', 100, 'First test sentences, each decoded alone.')
   flags.DEFINE_integer('repeats', 5, 'Timed rounds per sentence.')
   flags.DEFINE_string('output', '', 'Optional JSON file for the report.')
+  flags.DEFINE_integer('max_repeats', 0, 'The HRT model\'s repetition guard (stage_1 and hrt; the AT baseline is '
+                       'plain greedy): decode.py --max_repeats.')
   flags.mark_flags_as_required(['at', 'hrt'])
   app.run(main)
