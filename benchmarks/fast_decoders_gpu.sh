@@ -44,7 +44,8 @@
 # instead of a teacher; raw: no teacher, no distillation, raw targets for every model), DRAFTER (default 1: train
 # and bench the separate drafter model; empty: not), PY, EXTRA (more --config overrides for every training run),
 # BENCH_FLAGS (more flags for every fastmt.bench run), FIRST_STAGES (royalflush.sh's stages to run first, default
-# "teacher distill"), TABLE_METHODS (default greedy,ib,hrt,hrt:5:1), SPEC_METHODS (the self-drafter's, default
+# "teacher distill"), TABLE_METHODS (default greedy,ib,hrt,hrt:5:1), B8_METHODS (HRT's batch-8 bench, default
+# greedy,hrt), SPEC_METHODS (the self-drafter's, default
 # greedy,spec:4), LATER_TABLE_METHODS and LATER_SPEC_METHODS (default none: one more bench each, after the others,
 # of AT and HRT / of the self-drafter), MODELS_FROM (a folder of trained work directories named as this script
 # names them, <row>_avg5 with <row> at_raw or at_kd, hrt_k2, selfdraft_w4, drafter_w3, ib_kd ...: nothing is
@@ -163,7 +164,7 @@ if [[ -d $RUNS/selfdraft_w4_avg5 ]]; then
 fi
 # 3. HRT's third batch size (its bar: >= 1.5x AT at batch 1, 8 and 32).
 if [[ -d $RUNS/hrt_k2_avg5 ]]; then
-  bench table_b8 "$AT_DIR" greedy,hrt --batch_size 8 --speed_sentences 0 --exactness_at_batch1=false \
+  bench table_b8 "$AT_DIR" "${B8_METHODS:-greedy,hrt}" --batch_size 8 --speed_sentences 0 --exactness_at_batch1=false \
     --compare "$RUNS/hrt_k2_avg5"
 fi
 # 4. AT with the drafter model and with n-grams, against AT's greedy, identical outputs counted at batch 1 and 32.

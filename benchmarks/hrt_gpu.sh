@@ -45,7 +45,8 @@
 # benches stop, default 540: they get what the fine-tuning left; each bench writes its results at its end, the
 # bars' table first), BENCH_FLAGS (default: quality on the first 300 test sentences, batch 32 timed on 300: the
 # quality of the whole split is the CPU's to measure, on the same weights), EXTRA (more --config overrides for
-# the fine-tuning), PY.
+# the fine-tuning), HRT_METHODS (the benches' methods, default greedy,hrt; greedy,hrt,hrt+rep8 adds the
+# repetition guard, docs/BENCHMARKS.md section 6: one more method in each bench), PY.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 PY=${PY:-python3}
@@ -94,7 +95,8 @@ ln -sfn "$(realpath "$RUNS/hrt_k2_avg5")" "$RUNS/models/hrt_k2_avg5"
 bench_limit=$(( ${DEADLINE:-540} - SECONDS - 10 ))  # what the fine-tuning left, 10 s kept for packing
 if (( bench_limit < 30 )); then log "no time left for the benches ($bench_limit s): run STAGES=bench"; exit 1; fi
 log "benches: $bench_limit s"
-MODELS_FROM=$RUNS/models RUNS=$RUNS/bench KD_FROM=raw IB_ROWS= DRAFTER= TABLE_METHODS=greedy,hrt \
+MODELS_FROM=$RUNS/models RUNS=$RUNS/bench KD_FROM=raw IB_ROWS= DRAFTER= TABLE_METHODS=${HRT_METHODS:-greedy,hrt} \
+  B8_METHODS=${HRT_METHODS:-greedy,hrt} \
   timeout "$bench_limit" bash benchmarks/fast_decoders_gpu.sh
 log "benches rc $?"
 (cd "$RUNS/bench" && tar czf "$OUT_DIR/export.tgz" export $(ls eval_*.log 2>/dev/null))
