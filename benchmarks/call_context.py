@@ -37,6 +37,7 @@ machine.
 
 import argparse
 import collections
+import functools
 import json
 import os
 import statistics
@@ -117,6 +118,8 @@ def main():
       synthetic[label][column] = lambda loop=loop, data=data: jax.block_until_ready(loop(*data))
   loops = {label: (iteration_cost.bare_loop(t, bucket), iteration_cost.bare_loop(t, bucket, encoder=False))
            for label, t in translators.items()}
+  encoders = {label: jax.jit(functools.partial(iteration_cost.encoded_memory, models.Transformer(t.config)))
+              for label, t in translators.items()}  # one compile per row, not per sentence
   for sentence_index, ids_of_sentence in enumerate(chosen):
     runs = {}  # (label, program, calls) -> a function that runs it once
     for label, translator in translators.items():
@@ -127,9 +130,7 @@ def main():
       own = int(translator.decode_batch(source, np.array([translator.row_cap(len(ids_of_sentence))],
                                                          np.int32)).loop_iterations)
       figures[label]['calls'].append(own)
-      model = models.Transformer(translator.config)
-      memory = jax.jit(lambda params, source, model=model: iteration_cost.encoded_memory(model, params, source))(
-          translator.params, source)
+      memory = encoders[label](translator.params, source)
       with_encoder, alone = loops[label]
       for n in sorted(set(CALLS) | {own}):
         for program, fn, data in (('after encoder', with_encoder, source), ('alone', alone, memory)):

@@ -295,13 +295,12 @@ class LoadedModel:
   objective: str
   objective_options: dict
   step: int | None = None  # the checkpoint's training step
-  int8_copy: translate_lib.SharedInt8Copy | None = None  # --drafter int8's; made with the first translator
 
+  def __post_init__(self):
+    self.int8_copy = translate_lib.SharedInt8Copy(self.config, self.params)  # --drafter int8's: made on first use
 
   def translator(self, settings: DecodeSettings, draft_model=None) -> Translator:
     draft_table = draft_table_for(self.workdir, settings)
-    if self.int8_copy is None:
-      self.int8_copy = translate_lib.SharedInt8Copy(self.config, self.params)
     return Translator(self.config, self.params, self.tokenizer, settings, self.clusters, draft_table, self.objective,
                       objective_options=self.objective_options, draft_model=draft_model, checkpoint_step=self.step,
                       int8_copy=self.int8_copy.for_settings(settings))

@@ -10,7 +10,7 @@ import math
 import numbers
 from typing import Any, Callable
 
-from fastmt.decoding import beam, greedy, hrt, interleaved, jacobi, step
+from fastmt.decoding import beam, greedy, hrt, interleaved, jacobi, repeats, step
 from fastmt.errors import FastmtError
 
 
@@ -266,9 +266,10 @@ def validate(settings) -> None:
     raise FastmtError('ngram_pool (the trajectory pool) drafts for --algorithm spec with --drafter ngram, bigram or '
                       f'pad, not --algorithm {settings.algorithm}'
                       + (f' --drafter {settings.drafter}' if settings.algorithm == 'spec' else ''))
-  if settings.max_repeats == 1 or settings.max_repeats < 0:
-    raise FastmtError(f'max_repeats must be 0 (off) or >= 2 (a row ends at that many identical tokens in a row), '
-                      f'got {settings.max_repeats}')
+  try:
+    repeats.check_max_repeats(settings.max_repeats)
+  except ValueError as e:
+    raise FastmtError(str(e)) from None
   if settings.max_repeats and settings.algorithm not in ('greedy', 'hrt'):
     raise FastmtError(f'max_repeats (the repetition guard) changes the output, so it acts on --algorithm greedy and '
                       f'hrt only, not {settings.algorithm}'
