@@ -1,4 +1,4 @@
-r"""One matrix product of a decoder step, float32 against fastmt.quantize's int8, on this machine's XLA backend.
+r"""One matrix product of a decoder step, float32 against fastmt.quantize's int8 and fastmt's kernels, on this machine's XLA backend.
 
     python benchmarks/int8_matmul.py --emb_dim 256 --mlp_dim 1024 --vocab_size 8000 --rows 1,2,32
 
@@ -13,6 +13,8 @@ decoding loop runs them: the weights loop-invariant), median of `--repeats`, com
   int8 padded    a single row always padded to two: YNNPACK's int8 GEMM
   int8 fastmt    fastmt.kernels.int8_matmul, fastmt's AVX-512 VNNI custom call (weights packed once), where
                  the CPU has it
+  float32 fastmt fastmt.kernels.float32_matmul, fastmt's AVX-512 float32 custom call for a few rows (plus a
+                 zero bias, which it adds in the same pass), where the CPU has it
 
 and says which kernel XLA chose (a YNNPACK fusion or XLA's own dot) from the compiled HLO. This is where
 quantize.YNN_MIN_WEIGHTS comes from (docs/BENCHMARKS.md, section 9).
@@ -57,7 +59,7 @@ def time_us(fn, weights, x, repeats: int, steps: int):
     jax.block_until_ready(compiled(weights, x))
     runs.append(time.perf_counter() - start)
   text = compiled.as_text()
-  kernel = 'fastmt' if kernels.TARGET in text else 'ynnpack' if 'ynn' in text else 'xla'
+  kernel = 'fastmt' if kernels.TARGET in text or kernels.FLOAT32_TARGET in text else 'ynnpack' if 'ynn' in text else 'xla'
   return 1e6 * float(np.median(runs)) / steps, kernel
 
 
@@ -73,12 +75,16 @@ def main(argv):
   }
   if kernels.available():
     variants['int8 fastmt'] = lambda x, w: kernels.int8_matmul(x, w['packed'], w['colsum'], w['scale'])
+  if kernels.available('float32'):
+    variants['float32 fastmt'] = lambda x, w: kernels.float32_matmul(x, w['float_packed'], w['bias'])
   results = []
   print(f'backend {jax.default_backend()}, µs per product (median of {FLAGS.repeats} x {FLAGS.steps})')
   for name, (k, n) in shapes.items():
     w = (rng.standard_normal((k, n)) * k**-0.5).astype(np.float32)
     values, scale = quantize.quantize_array(w, (0,))
-    weights = {'float': w, 'values': values, 'scale': scale}
+    weights = {'float': w, 'values': values, 'scale': scale, 'bias': np.zeros(n, np.float32)}
+    if kernels.available('float32'):
+      weights['float_packed'] = kernels.pack_float32_weights(w)
     if kernels.available():
       weights['packed'], weights['colsum'] = kernels.pack_weights(values)
     for rows in map(int, FLAGS.rows):

@@ -23,6 +23,8 @@ through the output cap. The report gives ms per call and each part over `step`; 
 iteration must commit (tokens per call, the bench's) to cost no more per token than greedy's step: both / step;
 `loop_model_ms` is what spec would take per sentence at that price (none + iterations x both + the sentence's
 other costs as greedy pays them), against `ms_per_sentence['spec']` measured.
+--float32_kernel: the float model's products of 2-8 rows through fastmt's CPU kernel (Translator float32_kernel),
+in every part and in both decoders.
 Run it on a quiet machine; it runs on any backend (a GPU session: is a wide call cheap there?).
 """
 
@@ -35,7 +37,7 @@ from absl import app, flags
 import jax
 import jax.numpy as jnp
 
-from fastmt import models, translate, workdir as workdir_lib
+from fastmt import kernels, models, translate, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.data.tokenizer import EOS_ID
 from fastmt.decoding import draft_model
@@ -81,10 +83,11 @@ def part_loop(params, output_projection, drafter, source, *, config, settings, p
   return jax.lax.fori_loop(0, calls, body, start)[0]
 
 
-def width_report(config, params, tokenizer, texts, width: int, calls: int, repeats: int) -> dict:
+def width_report(config, params, tokenizer, texts, width: int, calls: int, repeats: int,
+                 float32_kernel: bool = False) -> dict:
   settings = translate.DecodeSettings('spec', block_size=width, drafter='int8')
-  translator = translate.Translator(config, params, tokenizer, settings)
-  greedy = translate.Translator(config, params, tokenizer)
+  translator = translate.Translator(config, params, tokenizer, settings, float32_kernel=float32_kernel)
+  greedy = translate.Translator(config, params, tokenizer, float32_kernel=float32_kernel)
   loops = {part: jax.jit(functools.partial(part_loop, config=config, settings=translator.settings, part=part,
                                            calls=calls)) for part in PARTS}
   names = PARTS + ('greedy', 'spec')
@@ -132,8 +135,9 @@ def main(argv):
   texts = corpus.load_split(workdir_lib.load_train_config(FLAGS.workdir).dataset, FLAGS.split).sources
   texts = [t for t in texts[:FLAGS.sentences] if t.strip()]
   report = {'workdir': FLAGS.workdir, 'split': FLAGS.split, 'backend': jax.default_backend(),
-            'widths': [width_report(config, params, tokenizer, texts, int(w), FLAGS.calls, FLAGS.repeats)
-                       for w in FLAGS.widths]}
+            'float32_kernel': FLAGS.float32_kernel and kernels.available('float32'),
+            'widths': [width_report(config, params, tokenizer, texts, int(w), FLAGS.calls, FLAGS.repeats,
+                                    FLAGS.float32_kernel) for w in FLAGS.widths]}
   for row in report['widths']:
     calls = ', '.join(f'{part} {ms:.3f}' for part, ms in row['ms_per_call'].items())
     print(f"W = {row['width']}: ms per call: {calls}; over a step: verify {row['over_step']['verify']:.2f}, "
@@ -156,5 +160,6 @@ if __name__ == '__main__':
   flags.DEFINE_integer('calls', 32, 'Iterations per timed loop.')
   flags.DEFINE_integer('repeats', 5, 'Timed rounds per sentence.')
   flags.DEFINE_string('output', '', 'Optional JSON file for the report.')
+  flags.DEFINE_bool('float32_kernel', False, 'The float model\'s products of 2-8 rows through fastmt\'s CPU kernel.')
   flags.mark_flags_as_required(['workdir'])
   app.run(main)

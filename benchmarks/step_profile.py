@@ -9,7 +9,8 @@ r"""Where a decoder step's time goes on XLA's CPU backend: a jax.profiler trace 
 For each algorithm: while-loop iterations, run time, and the kernels (XLA CPU thunks) that run at least once
 per iteration, in microseconds per iteration, largest first. --transposed_output_embedding computes the
 logits as hidden @ E^T with E^T laid out once outside the jitted function (Translator's transposed_output);
-the default uses the model's own tied projection. --dtype decodes as decode.py --dtype does (fastmt.precision).
+the default uses the model's own tied projection. --dtype decodes as decode.py --dtype does (fastmt.precision);
+--float32_kernel runs the layers' products of 2-8 rows through fastmt's float32 kernel (fastmt.few_rows).
 Run it on a quiet machine: it times kernels.
 """
 
@@ -25,7 +26,7 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from fastmt import decode_lib, precision, translate, workdir as workdir_lib
+from fastmt import decode_lib, few_rows, precision, translate, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.data.tokenizer import EOS_ID
 from fastmt.decoding import registry
@@ -68,6 +69,8 @@ def main(argv):
   config = workdir_lib.load_model_config(FLAGS.workdir)
   params, _ = workdir_lib.restore_params(FLAGS.workdir, config)
   config, params = precision.for_inference(config, params, FLAGS.dtype)
+  if FLAGS.float32_kernel:  # the layers' products of 2-8 rows through fastmt's kernel, as Translator(float32_kernel)
+    params = few_rows.with_layout(params)
   tokenizer = workdir_lib.load_tokenizer(FLAGS.workdir)
   text = corpus.load_split(workdir_lib.load_train_config(FLAGS.workdir).dataset, FLAGS.split).sources[FLAGS.sentence]
   ids = tokenizer.encode([text])[0]
@@ -103,6 +106,7 @@ def define_flags():
   flags.DEFINE_integer('top', 25, 'Kernels to print per algorithm.')
   flags.DEFINE_enum('dtype', 'float32', list(precision.DTYPES), 'Inference precision (decode.py --dtype).')
   flags.DEFINE_bool('transposed_output_embedding', False, 'Logits as hidden @ E^T with E^T laid out once.')
+  flags.DEFINE_bool('float32_kernel', False, 'Products of 2-8 rows through fastmt\'s float32 CPU kernel.')
 
 
 if __name__ == '__main__':

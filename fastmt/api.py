@@ -37,8 +37,12 @@ class TranslationModel:
   """
 
   def __init__(self, config, params, tokenizer, objective: str = 'at', workdir: str | None = None,
-               step: int | None = None, dtype: str = 'float32', objective_options: dict | None = None):
+               step: int | None = None, dtype: str = 'float32', objective_options: dict | None = None,
+               float32_kernel: bool = False):
+    if float32_kernel and dtype != 'float32':
+      raise FastmtError(f'float32_kernel runs float32 products; dtype is {dtype!r}')
     self.config, self.params = precision.for_inference(config, params, dtype)
+    self.float32_kernel = float32_kernel  # Translator's: products of 2-8 rows through fastmt's CPU kernel
     self.tokenizer, self.objective, self.workdir, self.step, self.dtype = tokenizer, objective, workdir, step, dtype
     self.objective_options = dict(objective_options or {})
     self._translators = {}
@@ -72,7 +76,8 @@ class TranslationModel:
                                           self._load_clusters(clusters), draft_table, self.objective,
                                           objective_options=self.objective_options, draft_model=draft_model,
                                           checkpoint_step=self.step,
-                                          int8_copy=self._int8_copy.for_settings(decode_settings))
+                                          int8_copy=self._int8_copy.for_settings(decode_settings),
+                                          float32_kernel=self.float32_kernel)
     return self._translators[key]
 
   def choose_width(self, batch_size: int = 32, calibration=None, clusters: str | None = None, draft_model=None,
@@ -157,11 +162,12 @@ def _check_lines(texts) -> None:
     raise FastmtError(f'give a str or an iterable of str to translate, got {type(texts).__name__}')
 
 
-def load(workdir: str, checkpoint='latest', dtype: str = 'float32') -> TranslationModel:
+def load(workdir: str, checkpoint='latest', dtype: str = 'float32', float32_kernel: bool = False) -> TranslationModel:
   """A train.py work directory's checkpoint ('latest', 'best' or a step number) as a TranslationModel.
 
   dtype 'bfloat16' decodes in half precision (float32 softmax and logits); 'int8' / 'int8_layers' in 8 bits
-  (fastmt.quantize); 'bfloat16_int8' / 'bfloat16_int8_layers' both (fastmt.precision.DTYPES). Errors (a missing directory or
+  (fastmt.quantize); 'bfloat16_int8' / 'bfloat16_int8_layers' both (fastmt.precision.DTYPES). float32_kernel (float32
+  only): products of 2-8 rows run through fastmt's own CPU kernel (Translator's float32_kernel). Errors (a missing directory or
   step, no best checkpoint kept, a checkpoint of another architecture) are FastmtErrors.
   """
   if not os.path.isdir(workdir):
@@ -169,4 +175,4 @@ def load(workdir: str, checkpoint='latest', dtype: str = 'float32') -> Translati
   config = workdir_lib.load_model_config(workdir)
   params, step = workdir_lib.restore_params(workdir, config, checkpoint)
   return TranslationModel(config, params, workdir_lib.load_tokenizer(workdir), workdir_lib.load_objective(workdir),
-                          workdir, step, dtype, workdir_lib.load_objective_options(workdir))
+                          workdir, step, dtype, workdir_lib.load_objective_options(workdir), float32_kernel)

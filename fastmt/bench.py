@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from fastmt.data import corpus
-from fastmt import api, cli, decode_lib, precision, roofline, width, workdir as workdir_lib
+from fastmt import api, cli, decode_lib, few_rows, kernels, precision, roofline, width, workdir as workdir_lib
 from fastmt.decoding import registry
 from fastmt import translate
 from fastmt.translate import DecodeSettings, Translator
@@ -155,13 +155,15 @@ class MethodResult:
   compile_s: float = 0.0
 
 
-def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest', drafter_workdir=None):
+def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest', drafter_workdir=None,
+                      float32_kernel: bool = False):
   """(translators by label, model_config, checkpoint step) for a workdir's checkpoint (latest, best, a step).
 
   Methods whose algorithm cannot decode the workdir's objective are left out (greedy for an interleaved
   model, ib for an AT one, spec's own drafts for a model not trained to draft), so one method list serves a comparison of AT and interleaved models; a workdir
   that none of them can decode is an error. drafter_workdir: the drafter of spec:W+model methods (a selfdraft
-  model with the workdir's vocabulary), in each method's precision.
+  model with the workdir's vocabulary), in each method's precision. float32_kernel: the float32 methods' Translators
+  run products of 2-8 rows through fastmt's CPU kernel (Translator's float32_kernel).
   """
   model_config = workdir_lib.load_model_config(workdir)
   objective = workdir_lib.load_objective(workdir)
@@ -185,7 +187,8 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
     def translator(settings, table=None, draft_model=None, weights=weights, int8_copy=int8_copy):
       return Translator(*weights, tokenizer, settings, draft_table=table, objective=objective,
                         objective_options=options, draft_model=draft_model,
-                        int8_copy=int8_copy.for_settings(settings))
+                        int8_copy=int8_copy.for_settings(settings),
+                        float32_kernel=float32_kernel and dtype == 'float32')
 
     table = decode_lib.draft_table_for(workdir, settings)
     draft_model = None
@@ -205,11 +208,11 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
 
 
 def build_comparison(workdir: str, compare_workdirs, methods=DEFAULT_METHODS, checkpoint='latest',
-                     drafter_workdir=None):
+                     drafter_workdir=None, float32_kernel: bool = False):
   """build_translators for `workdir` and every model of `compare_workdirs`, in one dict: the other models'
   labels are 'NAME/method' (NAME = the work directory's base name), so that all of them are timed side by
   side in one process, interleaved, with `workdir`'s greedy as the baseline (the RoyalFlush table's rows)."""
-  translators, model_config, step = build_translators(workdir, methods, checkpoint, drafter_workdir)
+  translators, model_config, step = build_translators(workdir, methods, checkpoint, drafter_workdir, float32_kernel)
   dataset = workdir_lib.load_train_config(workdir).dataset.to_dict()
   for other in compare_workdirs:
     name = os.path.basename(os.path.normpath(other))
@@ -218,7 +221,7 @@ def build_comparison(workdir: str, compare_workdirs, methods=DEFAULT_METHODS, ch
       raise FastmtError(f'{other} was trained on another dataset than {workdir}: their scores are not comparable')
     if any(label.startswith(f'{name}/') for label in translators):
       raise FastmtError(f'Two compared work directories are named {name!r}: their rows would share labels')
-    more, _, _ = build_translators(other, methods, checkpoint, drafter_workdir)
+    more, _, _ = build_translators(other, methods, checkpoint, drafter_workdir, float32_kernel)
     translators.update({f'{name}/{label}': t for label, t in more.items()})
   unused = [m for m in methods if not any(label.rpartition('/')[2] == m for label in translators)]
   if unused:  # a method no model can run (a typo'd drafter, spec:W's own drafts on AT models): said, not silent
@@ -329,12 +332,13 @@ def environment_facts(**extra) -> dict:
 def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, batch_size: int = 32,
                   speed_sentences: int = 100, large_batch_sentences: int = 256, repeats: int = 3,
                   exactness_at_batch1: bool = True, log=print, compare_workdirs=(), checkpoint='latest',
-                  drafter_workdir=None, bleu_tokenize: str = '13a'):
+                  drafter_workdir=None, bleu_tokenize: str = '13a', float32_kernel: bool = False):
   """Every method of `methods` on one workdir's model (and on compare_workdirs' models, side by side);
   returns (results, environment facts, hypotheses). bleu_tokenize: sacreBLEU's tokenizer
-  (decode_lib.BLEU_TOKENIZERS; zh for Chinese targets)."""
+  (decode_lib.BLEU_TOKENIZERS; zh for Chinese targets). float32_kernel: build_translators'."""
   decode_lib.check_bleu_tokenize(bleu_tokenize)  # before any model loads
-  translators, model_config, step = build_comparison(workdir, compare_workdirs, methods, checkpoint, drafter_workdir)
+  translators, model_config, step = build_comparison(workdir, compare_workdirs, methods, checkpoint, drafter_workdir,
+                                                     float32_kernel)
   results, hypotheses, signatures = measure(translators, sources, references, batch_size, speed_sentences,
                                             large_batch_sentences, repeats, exactness_at_batch1, log=log,
                                             bleu_tokenize=bleu_tokenize)
@@ -343,7 +347,7 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
       speed_sentences=min(speed_sentences, len(sources)), large_batch_sentences=large_batch_sentences,
       batch_size=batch_size, repeats=repeats, compared_with=list(compare_workdirs), drafter_workdir=drafter_workdir,
       objectives=objectives_of(workdir, compare_workdirs), auto_widths=auto_widths_of(translators),
-      **signatures)
+      float32_kernel=float32_kernel and kernels.available('float32'), **signatures)
   return results, environment, hypotheses
 
 
@@ -420,6 +424,9 @@ def define_flags():
                     'or hrt for the repetition guard (hrt+rep8), and @bf16 '
                     'for half precision (greedy@bf16). See parse_method.')
   flags.DEFINE_integer('batch_size', 32, 'The large batch.')
+  flags.DEFINE_bool('float32_kernel', False, 'The float32 methods run products of 2-8 rows through fastmt\'s own CPU '
+                    'kernel (Translator float32_kernel; x86 with AVX-512), and so do the step-cost curve and the '
+                    'encoder cost of --floor, so that the ideal speed-ups price the calls the decoders make.')
   flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed at batch 1.')
   flags.DEFINE_integer('large_batch_sentences', 256, 'Sentences timed at --batch_size.')
   flags.DEFINE_bool('exactness_at_batch1', True, 'Also translate the whole set at batch 1 to check exactness.')
@@ -455,6 +462,8 @@ def _greedy_floor(workdir, sources, results):
   dram = roofline.measure_bandwidth_gb_s()
   ms_per_token = greedy.ms_per_sentence_b1 / greedy.decoder_calls_per_sentence
   params, _ = workdir_lib.restore_params(workdir, model_config, FLAGS.checkpoint)
+  if FLAGS.float32_kernel:  # the calls the decoders made: the layers' products of 2-8 rows through the kernel
+    params = few_rows.with_layout(params)
   curves = {f'step_cost_ms_b{b}': roofline.step_cost_curve(model_config, params, batch_size=b,
                                                            source_length=int(source_len)) for b in (1, 32)}
   # What every sentence pays once whatever decodes it: the ideal speed-ups add it to the decoder calls. At
@@ -502,7 +511,8 @@ def main(argv):
   results, environment, hypotheses = run_benchmark(
       FLAGS.workdir, sources, references, FLAGS.methods, FLAGS.batch_size, FLAGS.speed_sentences,
       FLAGS.large_batch_sentences, FLAGS.repeats, FLAGS.exactness_at_batch1, compare_workdirs=FLAGS.compare,
-      checkpoint=FLAGS.checkpoint, drafter_workdir=FLAGS.drafter_workdir, bleu_tokenize=FLAGS.bleu_tokenize)
+      checkpoint=FLAGS.checkpoint, drafter_workdir=FLAGS.drafter_workdir, bleu_tokenize=FLAGS.bleu_tokenize,
+      float32_kernel=FLAGS.float32_kernel)
   table = format_table(results, FLAGS.batch_size)
   print(table)
   print(json.dumps(environment, indent=1))

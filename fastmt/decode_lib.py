@@ -295,6 +295,7 @@ class LoadedModel:
   objective: str
   objective_options: dict
   step: int | None = None  # the checkpoint's training step
+  float32_kernel: bool = False  # Translator's float32_kernel: products of 2-8 rows through fastmt's kernel
 
   def __post_init__(self):
     self.int8_copy = translate_lib.SharedInt8Copy(self.config, self.params)  # --drafter int8's: made on first use
@@ -303,14 +304,14 @@ class LoadedModel:
     draft_table = draft_table_for(self.workdir, settings)
     return Translator(self.config, self.params, self.tokenizer, settings, self.clusters, draft_table, self.objective,
                       objective_options=self.objective_options, draft_model=draft_model, checkpoint_step=self.step,
-                      int8_copy=self.int8_copy.for_settings(settings))
+                      int8_copy=self.int8_copy.for_settings(settings), float32_kernel=self.float32_kernel)
 
 
 def load_model(workdir: str, algorithms=(), clusters_dir: str | None = None, dtype: str = 'float32',
-               checkpoint='latest') -> LoadedModel:
+               checkpoint='latest', float32_kernel: bool = False) -> LoadedModel:
   """A workdir's checkpoint ('latest', 'best' or a step) in `dtype`, with its clusters from clusters_dir (a
   direction without clusters falls back to the dense projection with a warning). An algorithm of `algorithms`
-  that cannot decode the workdir's objective is an error before the weights load."""
+  that cannot decode the workdir's objective is an error before the weights load. float32_kernel: Translator's."""
   model_config = workdir_lib.load_model_config(workdir)
   objective = workdir_lib.load_objective(workdir)
   for algorithm in algorithms:
@@ -327,18 +328,19 @@ def load_model(workdir: str, algorithms=(), clusters_dir: str | None = None, dty
       logging.warning('%s: using the dense projection for this direction', e)
   model_config, params = precision.for_inference(model_config, params, dtype)
   return LoadedModel(workdir, model_config, params, tokenizer, clusters, objective,
-                     workdir_lib.load_objective_options(workdir), step)
+                     workdir_lib.load_objective_options(workdir), step, float32_kernel)
 
 
 def load_translator(workdir: str, settings: DecodeSettings, clusters_dir: str | None = None,
-                    dtype: str = 'float32', checkpoint='latest', drafter_workdir: str | None = None) -> Translator:
+                    dtype: str = 'float32', checkpoint='latest', drafter_workdir: str | None = None,
+                    float32_kernel: bool = False) -> Translator:
   """A workdir's checkpoint ('latest', 'best' or a step) as a Translator; clusters_dir selects the clustered
   output projection (a direction without clusters falls back to the dense projection with a warning); dtype
   'bfloat16' decodes in half precision, 'int8' / 'int8_layers' in 8 bits, 'bfloat16_int8[_layers]' both
   (fastmt.precision.DTYPES); settings.jacobi_init='bigram' loads the draft table; drafter_workdir is the
-  separate drafter of --drafter model (its latest checkpoint, in the same dtype). An algorithm that cannot
-  decode the workdir's objective is an error before the weights load."""
-  model = load_model(workdir, [settings.algorithm], clusters_dir, dtype, checkpoint)
+  separate drafter of --drafter model (its latest checkpoint, in the same dtype); float32_kernel: Translator's.
+  An algorithm that cannot decode the workdir's objective is an error before the weights load."""
+  model = load_model(workdir, [settings.algorithm], clusters_dir, dtype, checkpoint, float32_kernel)
   return model.translator(settings, load_draft_model(drafter_workdir, dtype))
 
 
@@ -354,13 +356,13 @@ class WidthChoice:
 
 def load_fastest_spec_translator(workdir: str, settings: DecodeSettings, batch_size: int,
                                  clusters_dir: str | None = None, dtype: str = 'float32', checkpoint='latest',
-                                 drafter_workdir: str | None = None) -> WidthChoice:
+                                 drafter_workdir: str | None = None, float32_kernel: bool = False) -> WidthChoice:
   """--algorithm spec --block_size auto: whichever translates fastest at batch_size here, greedy (the window of
   width 1) or spec with these settings at each width of fastmt.width.WIDTHS, timed on the work directory's
   validation sentences (fastmt.width); the checkpoint and drafter load once. The output is greedy's whichever
   wins."""
   candidates = width.candidate_settings(settings)  # an error for another algorithm than spec
-  model = load_model(workdir, ['spec', 'greedy'], clusters_dir, dtype, checkpoint)
+  model = load_model(workdir, ['spec', 'greedy'], clusters_dir, dtype, checkpoint, float32_kernel)
   draft_model = load_draft_model(drafter_workdir, dtype)
   translators = {w: model.translator(s, draft_model if s.algorithm == 'spec' else None)
                  for w, s in candidates.items()}

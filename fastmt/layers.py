@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
-from fastmt import quantize
+from fastmt import few_rows, quantize
 
 # A finite stand-in for -inf: a fully masked row then softmaxes to a uniform distribution, never NaN.
 NEG_INF = -1e9
@@ -177,7 +177,7 @@ class FeedForward(nn.Module):
   @nn.compact
   def __call__(self, x, deterministic: bool):
     # Explicit names: the ones nn.Dense gets by default, so float and int8 models share one parameter tree.
-    dense_class = nn.Dense if not self.quantization else quantize.Int8DenseGeneral
+    dense_class = few_rows.Dense if not self.quantization else quantize.Int8DenseGeneral
     x = dense_class(self.hidden_dim, dtype=self.dtype, name='Dense_0')(x)
     x = nn.relu(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fastmt import kernels
+from fastmt import few_rows, kernels
 from fastmt.errors import FastmtError
 
 # ModelConfig.quantization values: '' = float; 'int8' = every matrix; 'int8_layers' = attention and
@@ -220,7 +220,7 @@ class Int8Embed(nn.Module):
 
 def dense_class(quantization: str):
   """The Dense module class a model with this ModelConfig.quantization builds."""
-  return Int8DenseGeneral if quantization else nn.DenseGeneral
+  return Int8DenseGeneral if quantization else few_rows.DenseGeneral
 
 
 def float_embedding(params):

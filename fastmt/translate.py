@@ -32,7 +32,7 @@ import numpy as np
 
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from fastmt import kernels, models, objectives, precision, projection, quantize
+from fastmt import few_rows, kernels, models, objectives, precision, projection, quantize
 from fastmt.objectives import hrt as hrt_objective
 from fastmt.objectives import selfdraft
 from fastmt.config import ModelConfig
@@ -334,6 +334,10 @@ class Translator:
   compiler_options: XLA options for compiling the decoder, e.g. {'xla_cpu_experimental_ynn_fusion_type':
     'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'} (XLA:CPU hands each matmul to YNNPACK on its own instead of fusing
     a whole layer stack into one YNNPACK graph; benchmarks/cpu_variants.py compares them side by side).
+  float32_kernel: run a float32 model's products of 2-8 rows (a window of positions at batch 1, a batch of 8)
+    through fastmt's own CPU kernel instead of XLA's YNNPACK fusions (fastmt.few_rows: one more copy of the
+    layers' weights; the same logits up to float32 rounding); where the kernel cannot run here (another
+    backend or CPU), XLA's products, and the reason logged once. A bfloat16 or int8 model is an error.
   checkpoint_step: the training step of the parameters, for reports (decode_lib.load_translator sets it; None:
     not known).
   int8_copy: --drafter int8: the model's int8 copy, int8_drafter_of(config, params) of these very weights, when
@@ -345,7 +349,10 @@ class Translator:
   def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings(),
                clusters=None, draft_table=None, objective: str = 'at', mesh=None, objective_options=None,
                transposed_output: bool = True, compiler_options: dict | None = None, draft_model=None,
-               checkpoint_step: int | None = None, int8_copy=None):
+               checkpoint_step: int | None = None, int8_copy=None, float32_kernel: bool = False):
+    if float32_kernel and (config.quantization or config.dtype != 'float32'):
+      raise FastmtError(f'float32_kernel runs a float32 model\'s products; this one decodes in {config.dtype}'
+                        f'{" with " + config.quantization + " weights" if config.quantization else ""}')
     if tokenizer.vocab_size != config.vocab_size:
       raise FastmtError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
     if clusters is not None and clusters.vocab_size != config.vocab_size:
@@ -405,7 +412,8 @@ class Translator:
     self.mesh = mesh or local_mesh()
     self.rows_sharding = NamedSharding(self.mesh, P('data'))  # batch rows split over the devices
     replicated = NamedSharding(self.mesh, P())
-    self.params = jax.device_put(params, replicated)
+    self.float32_kernel = float32_kernel and kernels.available('float32')
+    self.params = jax.device_put(few_rows.with_layout(params) if self.float32_kernel else params, replicated)
     self.clusters = None if clusters is None else jax.device_put(clusters, replicated)
     self.draft_table = None if draft_table is None else jax.device_put(jnp.asarray(draft_table, jnp.int32),
                                                                        replicated)
@@ -414,7 +422,10 @@ class Translator:
       self.output_projection = jax.device_put(transposed_output_layout(params), replicated)
     self.drafter = None
     if uses_draft_model:  # the drafter projects W positions per row (its causal slot, W - 1 masks): E^T's case
-      self.drafter = jax.device_put({'params': draft_model.params,
+      drafter_params = draft_model.params
+      if self.float32_kernel and draft_model.config.dtype == 'float32' and not draft_model.config.quantization:
+        drafter_params = few_rows.with_layout(drafter_params)  # its calls are 2W + 1 positions a row
+      self.drafter = jax.device_put({'params': drafter_params,
                                      'output_projection': transposed_output_layout(draft_model.params)}, replicated)
     elif int8_drafter is not None:
       self.drafter = jax.device_put(int8_drafter, replicated)

@@ -20,6 +20,16 @@ DATA = REPO / 'tests' / 'data'
 VOCAB = 16
 
 
+def cpu_flags() -> set:
+  """The instruction-set flags /proc/cpuinfo lists (empty where it cannot be read): which of fastmt's CPU kernels
+  must build here."""
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8') as f:
+      return set(next((line.split(':', 1)[1].split() for line in f if line.startswith('flags')), []))
+  except OSError:
+    return set()
+
+
 def stub_cache(batch_size, cache_length):
   """A cache pytree for stub steps: leading axis batch, second axis slots (what decoders read)."""
   return {'slots': jnp.zeros((batch_size, cache_length), jnp.int32)}

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import REPO, random_model, tiny_model_config
+from conftest import REPO, cpu_flags, random_model, tiny_model_config
 from fastmt import kernels, models, precision, quantize, workdir as workdir_lib
 from fastmt.config import ModelConfig
 from fastmt.errors import FastmtError
@@ -305,12 +305,7 @@ needs_kernel = pytest.mark.skipif(not kernels.available(), reason=f'fastmt int8 
 
 
 def _cpu_has_vnni() -> bool:
-  try:
-    with open('/proc/cpuinfo', encoding='utf-8') as f:
-      flags = next((line.split(':', 1)[1].split() for line in f if line.startswith('flags')), [])
-  except OSError:
-    return False
-  return {'avx512f', 'avx512bw', 'avx512_vnni'} <= set(flags)
+  return {'avx512f', 'avx512bw', 'avx512_vnni'} <= cpu_flags()
 
 
 @pytest.mark.skipif(not (_cpu_has_vnni() and shutil.which(os.environ.get('CXX', 'g++'))),

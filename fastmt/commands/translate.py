@@ -91,6 +91,10 @@ def define_flags():
                     'embedding too; int8_layers = the same with the embedding/output projection float; '
                     'bfloat16_int8[_layers] = those with bfloat16 activations between the int8 products, for '
                     'GPUs/TPUs (fastmt.quantize, fastmt.precision; any algorithm).')
+  flags.DEFINE_bool('float32_kernel', False, 'float32 only: run products of 2-8 rows (a window of positions at '
+                    'batch 1: spec, pgj, ib, hrt\'s second pass; a batch of up to 8) through fastmt\'s own CPU kernel '
+                    'instead of XLA\'s (x86 with AVX-512; elsewhere XLA\'s, said once). The same output up to float '
+                    'near ties; measured in docs/BENCHMARKS.md section 8.')
   flags.DEFINE_integer('batch_size', 32, 'Sentences per batch (a short input uses a smaller one).')
   flags.DEFINE_integer('speed_sentences', 0, 'Also time this many sentences one by one at batch 1 '
                        '(ms/sentence, compile excluded; 0 = no timing).')
@@ -154,6 +158,8 @@ def main(argv):
                             max_repeats=FLAGS.max_repeats)
   _warn_of_unused_flags()
   _check_drafter_workdir()
+  if FLAGS.float32_kernel and FLAGS.dtype != 'float32':
+    raise FastmtError(f'--float32_kernel runs float32 products; --dtype is {FLAGS.dtype}')
   # Before the model loads: a mistyped path or setting costs nothing.
   decode_lib.check_paths(FLAGS.input, FLAGS.output, FLAGS.reference, FLAGS.metrics_json, FLAGS.input_errors)
   if FLAGS.projection == 'clustered' and FLAGS.clusters:  # a path the user names must hold clusters (only the
@@ -183,7 +189,8 @@ def main(argv):
   chosen = {}  # what --block_size auto chose, for --metrics_json
   if auto_width:  # greedy (width 1) or spec at the width that times fastest here
     choice = decode_lib.load_fastest_spec_translator(
-        FLAGS.workdir, settings, FLAGS.batch_size, clusters_dir, FLAGS.dtype, FLAGS.checkpoint, FLAGS.drafter_workdir)
+        FLAGS.workdir, settings, FLAGS.batch_size, clusters_dir, FLAGS.dtype, FLAGS.checkpoint, FLAGS.drafter_workdir,
+        FLAGS.float32_kernel)
     chosen = {'auto_width': {'width': choice.width, 'batch_size': FLAGS.batch_size,
                              'median_s': {str(w): t for w, t in choice.median_s.items()}}}
     translator = choice.translator
@@ -193,7 +200,7 @@ def main(argv):
                       'give a width to draw spec\'s')
   else:
     translator = decode_lib.load_translator(FLAGS.workdir, settings, clusters_dir, FLAGS.dtype, FLAGS.checkpoint,
-                                            FLAGS.drafter_workdir)
+                                            FLAGS.drafter_workdir, FLAGS.float32_kernel)
   report = decode_lib.translate_file(translator, FLAGS.input, FLAGS.output, FLAGS.reference, FLAGS.batch_size,
                                      FLAGS.speed_sentences, FLAGS.input_errors,
                                      FLAGS.direction if FLAGS.tag_inputs else None, FLAGS.progress,
@@ -203,7 +210,7 @@ def main(argv):
     decode_lib.write_metrics_json(FLAGS.metrics_json, report,
                                   {'settings': {**dataclasses.asdict(settings),  # chunk_size 0: the model's, k
                                                 'chunk_size': translator.settings.chunk_size},
-                                   'dtype': FLAGS.dtype,
+                                   'dtype': FLAGS.dtype, 'float32_kernel': translator.float32_kernel,
                                    'checkpoint': FLAGS.checkpoint, 'step': translator.checkpoint_step,
                                    'drafter_workdir': FLAGS.drafter_workdir,
                                    **chosen})

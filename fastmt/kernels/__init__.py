@@ -1,13 +1,17 @@
-"""fastmt's own CPU kernels, compiled on first use: the int8 matrix product of fastmt.quantize (int8_matmul.cc).
+"""fastmt's own CPU kernels, compiled on first use, each an XLA FFI custom call:
 
-XLA:CPU has no int8 matrix-vector product (docs/BENCHMARKS.md section 9), so on x86 CPUs with AVX-512 VNNI
-an int8 model's products run through an XLA FFI custom call instead. The C++ source ships with the package and
-is compiled with the machine's g++ into $FASTMT_CACHE/kernels the first time it is needed (a second or two),
-against the XLA FFI headers of the installed jaxlib.
+* int8_matmul.cc: the int8 matrix product of fastmt.quantize, on x86 CPUs with AVX-512 VNNI. XLA:CPU has no
+  int8 matrix-vector product (docs/BENCHMARKS.md section 9).
+* float32_matmul.cc: a float32 product for a few rows (2 to FLOAT32_MAX_ROWS), on x86 CPUs with AVX-512, for the
+  decoder calls over a window of positions at small batch: XLA:CPU hands those to YNNPACK fusions that cost
+  far more than the weights they read (docs/BENCHMARKS.md section 8). Opt-in: Translator(float32_kernel=True).
 
-Fallback, never silent: without g++, on a CPU without AVX-512 VNNI, off CPU, or with FASTMT_INT8_KERNEL=0,
-`available()` is False, the reason is logged once and kept in `unavailable_reason()`, and int8 models use
-XLA's own int8 dot (the same outputs, slower).
+The C++ sources ship with the package and are compiled with the machine's g++ into $FASTMT_CACHE/kernels the
+first time they are needed (a second or two each), against the XLA FFI headers of the installed jaxlib.
+
+Fallback, never silent: without g++, on a CPU without the instructions, off CPU, or with FASTMT_INT8_KERNEL=0 /
+FASTMT_FLOAT32_KERNEL=0, `available(kind)` is False, the reason is logged once and kept in
+`unavailable_reason(kind)`, and the model uses XLA's own products (the same outputs up to float rounding, slower).
 """
 
 import ctypes
@@ -23,10 +27,26 @@ import jax.numpy as jnp
 import numpy as np
 
 TARGET = 'fastmt_int8_matmul'
-BLOCK = 16  # output columns per packed block (one 512-bit accumulator of int32)
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'int8_matmul.cc')
+FLOAT32_TARGET = 'fastmt_float32_matmul'
+BLOCK = 16  # output columns per packed block (one 512-bit register of int32 or float32)
+# Rows up to which the float32 kernel is used: at more rows YNNPACK's blocked GEMM on every core is the faster.
+FLOAT32_MAX_ROWS = 8
+_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class _Kind:
+  def __init__(self, source, symbol, target, env, instructions):
+    self.source, self.symbol, self.target = os.path.join(_DIR, source), symbol, target
+    self.env, self.instructions = env, instructions
+
+
+_KINDS = {
+    'int8': _Kind('int8_matmul.cc', 'FastmtInt8Matmul', TARGET, 'FASTMT_INT8_KERNEL', 'AVX-512 VNNI'),
+    'float32': _Kind('float32_matmul.cc', 'FastmtFloat32Matmul', FLOAT32_TARGET, 'FASTMT_FLOAT32_KERNEL',
+                     'AVX-512'),
+}
 _lock = threading.Lock()
-_state = {}  # 'available': bool, 'reason': str
+_state = {}  # kind -> {'available': bool, 'reason': str}
 
 
 def _cache_dir() -> str:
@@ -34,55 +54,62 @@ def _cache_dir() -> str:
   return os.path.join(root, 'kernels')
 
 
-def _build() -> str:
-  """Compiles int8_matmul.cc (once per source, jaxlib and Python) and returns the shared library's path."""
-  with open(_SOURCE, 'rb') as f:
+def _build(kind: _Kind) -> str:
+  """Compiles a kernel's source (once per source, jaxlib and Python) and returns the shared library's path."""
+  with open(kind.source, 'rb') as f:
     source = f.read()
   key = hashlib.sha256(source + jax.__version__.encode() + sys.version.encode()).hexdigest()[:16]
-  path = os.path.join(_cache_dir(), f'int8_matmul-{key}.so')
+  name = os.path.splitext(os.path.basename(kind.source))[0]
+  path = os.path.join(_cache_dir(), f'{name}-{key}.so')
   if os.path.exists(path):
     return path
   os.makedirs(_cache_dir(), exist_ok=True)
   tmp = f'{path}.{os.getpid()}.tmp'
   command = [os.environ.get('CXX', 'g++'), '-O3', '-std=c++17', '-shared', '-fPIC', f'-I{jax.ffi.include_dir()}',
-             _SOURCE, '-o', tmp]
+             kind.source, '-o', tmp]
   result = subprocess.run(command, capture_output=True, text=True, check=False)
   if result.returncode:
-    raise RuntimeError(f'compiling {_SOURCE} failed: {result.stderr.strip()[-500:]}')
+    raise RuntimeError(f'compiling {kind.source} failed: {result.stderr.strip()[-500:]}')
   os.replace(tmp, path)  # atomic: a concurrent process sees the whole library or none
   return path
 
 
-def _load():
-  if os.environ.get('FASTMT_INT8_KERNEL', '1') == '0':
-    return 'turned off by FASTMT_INT8_KERNEL=0'
+def _load(kind: _Kind) -> str:
+  """Compiles and registers a kernel; '' when it is usable, else why not."""
+  if os.environ.get(kind.env, '1') == '0':
+    return f'turned off by {kind.env}=0'
   if jax.default_backend() != 'cpu':
     return f'the default backend is {jax.default_backend()}, not cpu'
   try:
-    library = ctypes.cdll.LoadLibrary(_build())
+    library = ctypes.cdll.LoadLibrary(_build(kind))
   except (OSError, RuntimeError) as e:
     return str(e)
-  if not library.FastmtInt8MatmulSupported():
-    return 'this CPU has no AVX-512 VNNI'
-  jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.FastmtInt8Matmul), platform='cpu')
+  if not getattr(library, f'{kind.symbol}Supported')():
+    return f'this CPU has no {kind.instructions}'
+  jax.ffi.register_ffi_target(kind.target, jax.ffi.pycapsule(getattr(library, kind.symbol)), platform='cpu')
   return ''
 
 
-def available() -> bool:
-  """Whether int8 products can run through fastmt's kernel here (compiles and registers it on first call)."""
+_FALLBACKS = {'int8': "int8 models run XLA's int8 dot", 'float32': "float32 products run XLA's own"}
+
+
+def available(kind: str = 'int8') -> bool:
+  """Whether the kernel of `kind` ('int8' or 'float32') runs here (compiles and registers it on first call)."""
+  if kind not in _KINDS:
+    raise ValueError(f'kernel kind must be one of {sorted(_KINDS)}, got {kind!r}')
   with _lock:
-    if 'available' not in _state:
-      reason = _load()
-      _state['available'], _state['reason'] = not reason, reason
+    if kind not in _state:
+      reason = _load(_KINDS[kind])
+      _state[kind] = {'available': not reason, 'reason': reason}
       if reason:
-        logging.warning("fastmt's int8 CPU kernel is not used (%s): int8 models run XLA's int8 dot", reason)
-  return _state['available']
+        logging.warning("fastmt's %s CPU kernel is not used (%s): %s", kind, reason, _FALLBACKS[kind])
+  return _state[kind]['available']
 
 
-def unavailable_reason() -> str:
-  """Why available() is False ('' when it is True)."""
-  available()
-  return _state['reason']
+def unavailable_reason(kind: str = 'int8') -> str:
+  """Why available(kind) is False ('' when it is True)."""
+  available(kind)
+  return _state[kind]['reason']
 
 
 def pack_weights(values):
@@ -109,4 +136,28 @@ def int8_matmul(x, packed, colsum, scale):
   full_scale = jnp.pad(scale.astype(jnp.float32), (0, padded - n))  # a no-op when N is a multiple of 16
   out = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((x.shape[0], padded), jnp.float32),
                          vmap_method='sequential')(x.astype(jnp.float32), packed, colsum, full_scale)
+  return out if n == padded else out[:, :n]
+
+
+def pack_float32_weights(values):
+  """float32 [K, N] -> packed float32 [N'/16, K, 16] for the float32 kernel: per block of 16 output columns, its K
+  rows in k order; N' = N rounded up to 16 (zero columns, cut off after the product)."""
+  values = np.asarray(values, np.float32)
+  k, n = values.shape
+  padded = -(-n // BLOCK) * BLOCK
+  w = np.zeros((k, padded), np.float32)
+  w[:, :n] = values
+  return np.ascontiguousarray(w.reshape(k, padded // BLOCK, BLOCK).transpose(1, 0, 2))
+
+
+def float32_matmul(x, packed, bias):
+  """x [M, K] float -> float32 [M, N] = x @ W + bias through the float32 custom call (W packed by
+  pack_float32_weights; bias float32 [N], N <= the packed columns); available('float32') must be True.
+
+  Each row's result is the same whatever the other rows of the call (one multiply-add chain per output)."""
+  n = bias.shape[0]
+  padded = packed.shape[0] * BLOCK
+  full_bias = jnp.pad(bias.astype(jnp.float32), (0, padded - n))  # a no-op when N is a multiple of 16
+  out = jax.ffi.ffi_call(FLOAT32_TARGET, jax.ShapeDtypeStruct((x.shape[0], padded), jnp.float32),
+                         vmap_method='sequential')(x.astype(jnp.float32), packed, full_bias)
   return out if n == padded else out[:, :n]
