@@ -18,6 +18,7 @@ near tie is decided differently (tests/test_few_rows.py). Translator(float32_ker
 import math
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -67,8 +68,8 @@ def _is_float_dense(node) -> bool:
 
 def with_layout(params):
   """params with every float32 Dense layer's kernel also packed for fastmt's float32 kernel (kernels.
-  pack_float32_weights), when the kernel runs here; the parameters as they are otherwise (the reason is logged
-  once by kernels.available)."""
+  pack_float32_weights, on the default device), when the kernel runs here; the parameters as they are otherwise
+  (the reason is logged once by kernels.available)."""
   if not kernels.available('float32'):
     return params
 
@@ -76,7 +77,9 @@ def with_layout(params):
     if _is_float_dense(node):
       kernel = np.asarray(node['kernel'])
       k = math.prod(kernel.shape[:kernel.ndim - np.ndim(node['bias'])])
-      return {**node, PACKED: kernels.pack_float32_weights(kernel.reshape(k, -1))}
+      # On the device once: a host array passed to a jitted function is copied in at every call (16 MB for the
+      # quickstart's layers), a cost the caller would time as the kernel's.
+      return {**node, PACKED: jax.device_put(kernels.pack_float32_weights(kernel.reshape(k, -1)))}
     if isinstance(node, dict):
       return {key: convert(value) for key, value in node.items()}
     return node
