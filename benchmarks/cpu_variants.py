@@ -13,7 +13,7 @@ against that one. Variants:
   individual_dot  XLA:CPU hands each matmul to YNNPACK on its own (xla_cpu_experimental_ynn_fusion_type =
                   individual_dot) instead of fusing whole layer stacks into one YNNPACK graph
   no_ynn          no YNNPACK fusions at all (XLA's own kernels)
-  kernel          products of 2-8 rows through fastmt's float32 kernel (Translator float32_kernel, fastmt.few_rows)
+  kernel          products of at most 8 rows through fastmt's float32 kernel (Translator float32_kernel, fastmt.few_rows)
 and '+'-joined combinations (E^T+individual_dot). Compile options are per executable, so variants that
 differ in them still share one process.
 """

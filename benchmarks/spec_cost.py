@@ -23,7 +23,7 @@ through the output cap. The report gives ms per call and each part over `step`; 
 iteration must commit (tokens per call, the bench's) to cost no more per token than greedy's step: both / step;
 `loop_model_ms` is what spec would take per sentence at that price (none + iterations x both + the sentence's
 other costs as greedy pays them), against `ms_per_sentence['spec']` measured.
---float32_kernel: the float model's products of 2-8 rows through fastmt's CPU kernel (Translator float32_kernel),
+--float32_kernel: the float model's products of at most 8 rows through fastmt's CPU kernel (Translator float32_kernel),
 in every part and in both decoders.
 Run it on a quiet machine; it runs on any backend (a GPU session: is a wide call cheap there?).
 """
@@ -160,6 +160,6 @@ if __name__ == '__main__':
   flags.DEFINE_integer('calls', 32, 'Iterations per timed loop.')
   flags.DEFINE_integer('repeats', 5, 'Timed rounds per sentence.')
   flags.DEFINE_string('output', '', 'Optional JSON file for the report.')
-  flags.DEFINE_bool('float32_kernel', False, 'The float model\'s products of 2-8 rows through fastmt\'s CPU kernel.')
+  flags.DEFINE_bool('float32_kernel', False, 'The float model\'s products of at most 8 rows through fastmt\'s CPU kernel.')
   flags.mark_flags_as_required(['workdir'])
   app.run(main)

@@ -10,7 +10,7 @@ For each algorithm: while-loop iterations, run time, and the kernels (XLA CPU th
 per iteration, in microseconds per iteration, largest first. --transposed_output_embedding computes the
 logits as hidden @ E^T with E^T laid out once outside the jitted function (Translator's transposed_output);
 the default uses the model's own tied projection. --dtype decodes as decode.py --dtype does (fastmt.precision);
---float32_kernel runs the layers' products of 2-8 rows through fastmt's float32 kernel (fastmt.few_rows).
+--float32_kernel runs the layers' products of at most 8 rows through fastmt's float32 kernel (fastmt.few_rows).
 Run it on a quiet machine: it times kernels.
 """
 
@@ -69,7 +69,7 @@ def main(argv):
   config = workdir_lib.load_model_config(FLAGS.workdir)
   params, _ = workdir_lib.restore_params(FLAGS.workdir, config)
   config, params = precision.for_inference(config, params, FLAGS.dtype)
-  if FLAGS.float32_kernel:  # the layers' products of 2-8 rows through fastmt's kernel, as Translator(float32_kernel)
+  if FLAGS.float32_kernel:  # the layers' products of at most 8 rows through fastmt's kernel, as Translator(float32_kernel)
     params = few_rows.with_layout(params)
   tokenizer = workdir_lib.load_tokenizer(FLAGS.workdir)
   text = corpus.load_split(workdir_lib.load_train_config(FLAGS.workdir).dataset, FLAGS.split).sources[FLAGS.sentence]

@@ -20,7 +20,7 @@ import sys
 from typing import Iterable, Iterator, Sequence
 import warnings
 
-from fastmt import precision, width, workdir as workdir_lib
+from fastmt import few_rows, precision, width, workdir as workdir_lib
 from fastmt.decoding import registry
 from fastmt.errors import FastmtError, MissingError
 from fastmt.translate import DecodeSettings, SharedInt8Copy, TranslationStats, Translator
@@ -39,10 +39,13 @@ class TranslationModel:
   def __init__(self, config, params, tokenizer, objective: str = 'at', workdir: str | None = None,
                step: int | None = None, dtype: str = 'float32', objective_options: dict | None = None,
                float32_kernel: bool = False):
-    if float32_kernel and dtype != 'float32':
-      raise FastmtError(f'float32_kernel runs float32 products; dtype is {dtype!r}')
+    if float32_kernel and (dtype != 'float32' or config.quantization):
+      raise FastmtError(f'float32_kernel runs float32 products; this model decodes in '
+                        f'{config.quantization or dtype!r}')
     self.config, self.params = precision.for_inference(config, params, dtype)
-    self.float32_kernel = float32_kernel  # Translator's: products of 2-8 rows through fastmt's CPU kernel
+    self.float32_kernel = float32_kernel  # Translator's: products of at most 8 rows through fastmt's CPU kernel
+    # Packed once for every Translator of this model (the Translator packs nothing more).
+    self._translator_params = few_rows.with_layout(self.params) if float32_kernel else self.params
     self.tokenizer, self.objective, self.workdir, self.step, self.dtype = tokenizer, objective, workdir, step, dtype
     self.objective_options = dict(objective_options or {})
     self._translators = {}
@@ -72,7 +75,7 @@ class TranslationModel:
     if key not in self._translators:
       from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
       draft_table = decode_lib.draft_table_for(self.workdir, decode_settings)
-      self._translators[key] = Translator(self.config, self.params, self.tokenizer, decode_settings,
+      self._translators[key] = Translator(self.config, self._translator_params, self.tokenizer, decode_settings,
                                           self._load_clusters(clusters), draft_table, self.objective,
                                           objective_options=self.objective_options, draft_model=draft_model,
                                           checkpoint_step=self.step,
@@ -167,8 +170,8 @@ def load(workdir: str, checkpoint='latest', dtype: str = 'float32', float32_kern
 
   dtype 'bfloat16' decodes in half precision (float32 softmax and logits); 'int8' / 'int8_layers' in 8 bits
   (fastmt.quantize); 'bfloat16_int8' / 'bfloat16_int8_layers' both (fastmt.precision.DTYPES). float32_kernel (float32
-  only): products of 2-8 rows run through fastmt's own CPU kernel (Translator's float32_kernel). Errors (a missing directory or
-  step, no best checkpoint kept, a checkpoint of another architecture) are FastmtErrors.
+  only): products of at most 8 rows run through fastmt's own CPU kernel (Translator's float32_kernel). Errors (a
+  missing directory or step, no best checkpoint kept, a checkpoint of another architecture) are FastmtErrors.
   """
   if not os.path.isdir(workdir):
     raise MissingError(f'No work directory {workdir!r}')

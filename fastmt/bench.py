@@ -163,7 +163,7 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
   model, ib for an AT one, spec's own drafts for a model not trained to draft), so one method list serves a comparison of AT and interleaved models; a workdir
   that none of them can decode is an error. drafter_workdir: the drafter of spec:W+model methods (a selfdraft
   model with the workdir's vocabulary), in each method's precision. float32_kernel: the float32 methods' Translators
-  run products of 2-8 rows through fastmt's CPU kernel (Translator's float32_kernel).
+  run products of at most 8 rows through fastmt's CPU kernel (Translator's float32_kernel).
   """
   model_config = workdir_lib.load_model_config(workdir)
   objective = workdir_lib.load_objective(workdir)
@@ -183,6 +183,8 @@ def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest'
   for label, settings, dtype in parsed:
     weights = precision.for_inference(model_config, params, dtype)  # once per method, however many candidates
     int8_copy = translate.SharedInt8Copy(*weights)  # --drafter int8's, shared by spec:auto's candidates
+    if float32_kernel and dtype == 'float32':  # packed once, shared the same way
+      weights = (weights[0], few_rows.with_layout(weights[1]))
 
     def translator(settings, table=None, draft_model=None, weights=weights, int8_copy=int8_copy):
       return Translator(*weights, tokenizer, settings, draft_table=table, objective=objective,
@@ -424,9 +426,9 @@ def define_flags():
                     'or hrt for the repetition guard (hrt+rep8), and @bf16 '
                     'for half precision (greedy@bf16). See parse_method.')
   flags.DEFINE_integer('batch_size', 32, 'The large batch.')
-  flags.DEFINE_bool('float32_kernel', False, 'The float32 methods run products of 2-8 rows through fastmt\'s own CPU '
-                    'kernel (Translator float32_kernel; x86 with AVX-512), and so do the step-cost curve and the '
-                    'encoder cost of --floor, so that the ideal speed-ups price the calls the decoders make.')
+  flags.DEFINE_bool('float32_kernel', False, 'The float32 methods run products of at most 8 rows through fastmt\'s '
+                    'own CPU kernel (Translator float32_kernel; x86 with AVX-512), and so do the step-cost curve and '
+                    'the encoder cost of --floor, so that the ideal speed-ups price the calls the decoders make.')
   flags.DEFINE_integer('speed_sentences', 100, 'Sentences timed at batch 1.')
   flags.DEFINE_integer('large_batch_sentences', 256, 'Sentences timed at --batch_size.')
   flags.DEFINE_bool('exactness_at_batch1', True, 'Also translate the whole set at batch 1 to check exactness.')
@@ -462,7 +464,7 @@ def _greedy_floor(workdir, sources, results):
   dram = roofline.measure_bandwidth_gb_s()
   ms_per_token = greedy.ms_per_sentence_b1 / greedy.decoder_calls_per_sentence
   params, _ = workdir_lib.restore_params(workdir, model_config, FLAGS.checkpoint)
-  if FLAGS.float32_kernel:  # the calls the decoders made: the layers' products of 2-8 rows through the kernel
+  if FLAGS.float32_kernel:  # the calls the decoders made: the layers' products of at most 8 rows through the kernel
     params = few_rows.with_layout(params)
   curves = {f'step_cost_ms_b{b}': roofline.step_cost_curve(model_config, params, batch_size=b,
                                                            source_length=int(source_len)) for b in (1, 32)}

@@ -22,7 +22,7 @@ from typing import Iterator
 import numpy as np
 import sacrebleu
 
-from fastmt import precision, progress, width, workdir as workdir_lib
+from fastmt import few_rows, precision, progress, width, workdir as workdir_lib
 from fastmt.config import ModelConfig
 from fastmt.data import corpus
 from fastmt.data.tokenizer import Tokenizer
@@ -295,14 +295,17 @@ class LoadedModel:
   objective: str
   objective_options: dict
   step: int | None = None  # the checkpoint's training step
-  float32_kernel: bool = False  # Translator's float32_kernel: products of 2-8 rows through fastmt's kernel
+  float32_kernel: bool = False  # Translator's float32_kernel: products of at most 8 rows through fastmt's kernel
 
   def __post_init__(self):
     self.int8_copy = translate_lib.SharedInt8Copy(self.config, self.params)  # --drafter int8's: made on first use
+    # float32_kernel's packed weights, made once for every Translator of this model (spec:auto's candidates).
+    self.translator_params = few_rows.with_layout(self.params) if self.float32_kernel else self.params
 
   def translator(self, settings: DecodeSettings, draft_model=None) -> Translator:
     draft_table = draft_table_for(self.workdir, settings)
-    return Translator(self.config, self.params, self.tokenizer, settings, self.clusters, draft_table, self.objective,
+    return Translator(self.config, self.translator_params, self.tokenizer, settings, self.clusters, draft_table,
+                      self.objective,
                       objective_options=self.objective_options, draft_model=draft_model, checkpoint_step=self.step,
                       int8_copy=self.int8_copy.for_settings(settings), float32_kernel=self.float32_kernel)
 

@@ -1,10 +1,11 @@
 """Float32 products of a few rows through fastmt's own CPU kernel (fastmt.kernels, float32_matmul.cc).
 
 A decoder call over a window of positions at small batch (a speculative or Jacobi window, an interleaved step,
-HRT's second pass, a batch of 8) multiplies 2 to 8 rows by each weight matrix. XLA:CPU hands every such product
+a batch of up to 8) multiplies 2 to 8 rows by each weight matrix. XLA:CPU hands every such product
 to YNNPACK fusions which, inside a decoder step, cost 1.6-2.7x the one-row product for the same weights plus a
 wait on YNNPACK's thread pool (docs/BENCHMARKS.md sections 5 and 8). fastmt's kernel reads each weight once for
-all the rows on the calling thread.
+all the rows on the calling thread. It runs one-row products too (as fast as XLA's matrix-vector product), so
+that a row gets the same layer outputs whether its call has one row or eight.
 
 Opt-in, for inference: `with_layout(params)` adds each float32 Dense layer's weights packed for the kernel
 (one more copy of the layers' weights in memory), and the model's Dense layers (these subclasses of Flax's,
@@ -35,7 +36,7 @@ def _product(module: nn.Module, x, axes, features):
   lead = x.shape[:x.ndim - len(axes)]
   rows = math.prod(lead)
   if (axes != tuple(range(len(lead), x.ndim)) or rows > kernels.FLOAT32_MAX_ROWS or x.dtype != jnp.float32
-      or module.dtype not in (None, jnp.float32)):
+      or module.dtype not in (None, jnp.float32) or getattr(module, 'batch_dims', ())):
     return None
   k = math.prod(x.shape[a] for a in axes)
   bias = module.get_variable('params', 'bias').reshape(-1)
@@ -91,3 +92,10 @@ def has_layout(params) -> bool:
   if isinstance(params, dict):
     return PACKED in params or any(has_layout(value) for value in params.values())
   return False
+
+
+def without_layout(params):
+  """params without with_layout's packed leaves (XLA's products again)."""
+  if isinstance(params, dict):
+    return {key: without_layout(value) for key, value in params.items() if key != PACKED}
+  return params

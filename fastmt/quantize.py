@@ -62,8 +62,8 @@ def dequantize_array(values, scale, contracted_axes: tuple[int, ...]):
   return jnp.asarray(values, jnp.float32) * jnp.expand_dims(jnp.asarray(scale, jnp.float32), contracted_axes)
 
 
-def _is_dense(node) -> bool:
-  return isinstance(node, dict) and set(node) == {'kernel', 'bias'}
+def _is_dense(node) -> bool:  # a float Dense layer, with or without fastmt's float32 kernel packing (few_rows)
+  return isinstance(node, dict) and set(node) - {few_rows.PACKED} == {'kernel', 'bias'}
 
 
 def quantize_params(params, scheme: str = 'int8'):

@@ -334,10 +334,12 @@ class Translator:
   compiler_options: XLA options for compiling the decoder, e.g. {'xla_cpu_experimental_ynn_fusion_type':
     'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'} (XLA:CPU hands each matmul to YNNPACK on its own instead of fusing
     a whole layer stack into one YNNPACK graph; benchmarks/cpu_variants.py compares them side by side).
-  float32_kernel: run a float32 model's products of 2-8 rows (a window of positions at batch 1, a batch of 8)
-    through fastmt's own CPU kernel instead of XLA's YNNPACK fusions (fastmt.few_rows: one more copy of the
-    layers' weights; the same logits up to float32 rounding); where the kernel cannot run here (another
-    backend or CPU), XLA's products, and the reason logged once. A bfloat16 or int8 model is an error.
+  float32_kernel: run a float32 model's products of at most 8 rows (a greedy step or a window of positions at
+    batch 1, a batch of up to 8) through fastmt's own CPU kernel instead of XLA's (fastmt.few_rows: one more
+    copy of the layers' weights, made here unless `params` come packed by few_rows.with_layout, which lets the
+    Translators of one model share it; the same logits up to float32 rounding); where the kernel cannot run
+    here (another backend or CPU), XLA's products, and the reason logged once. A bfloat16 or int8 model is an
+    error.
   checkpoint_step: the training step of the parameters, for reports (decode_lib.load_translator sets it; None:
     not known).
   int8_copy: --drafter int8: the model's int8 copy, int8_drafter_of(config, params) of these very weights, when
@@ -413,7 +415,13 @@ class Translator:
     self.rows_sharding = NamedSharding(self.mesh, P('data'))  # batch rows split over the devices
     replicated = NamedSharding(self.mesh, P())
     self.float32_kernel = float32_kernel and kernels.available('float32')
-    self.params = jax.device_put(few_rows.with_layout(params) if self.float32_kernel else params, replicated)
+    # Parameters packed once by the caller (few_rows.with_layout: one copy for every Translator of a model) are
+    # used as they are; packed ones without float32_kernel lose the packing (the layers would use it).
+    if self.float32_kernel and not few_rows.has_layout(params):
+      params = few_rows.with_layout(params)
+    elif not self.float32_kernel and few_rows.has_layout(params):
+      params = few_rows.without_layout(params)
+    self.params = jax.device_put(params, replicated)
     self.clusters = None if clusters is None else jax.device_put(clusters, replicated)
     self.draft_table = None if draft_table is None else jax.device_put(jnp.asarray(draft_table, jnp.int32),
                                                                        replicated)

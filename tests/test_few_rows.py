@@ -95,6 +95,8 @@ def test_the_dense_layers_equal_flax_and_use_the_kernel_up_to_its_rows(rng, lead
   packed = few_rows.with_layout(params)
   assert few_rows.has_layout(packed) and not few_rows.has_layout(params)
   assert packed['query'][few_rows.PACKED].shape == (1, 24, 16)  # 12 columns padded to 16
+  # on the device already: a host array would be copied into every jitted call (and timed as the kernel's)
+  assert isinstance(packed['query'][few_rows.PACKED], jax.Array)
   expected = _FlaxLayers().apply({'params': flax_params}, x)
   out = _Layers().apply({'params': packed}, x)
   np.testing.assert_allclose(np.asarray(out), np.asarray(expected), rtol=1e-5, atol=1e-5)
@@ -156,6 +158,8 @@ def test_the_kernel_is_for_float32_models_only(trained_float_parts):
     Translator(config.replace(dtype='bfloat16'), params, tokenizer, float32_kernel=True)
   with pytest.raises(FastmtError, match='float32_kernel runs float32 products'):
     api.TranslationModel(config, params, tokenizer, dtype='int8', float32_kernel=True)
+  with pytest.raises(FastmtError, match='float32_kernel runs float32 products'):
+    api.TranslationModel(config.replace(quantization='int8'), params, tokenizer, float32_kernel=True)
 
 
 def test_without_the_float32_kernel_the_fallback_is_said_once(monkeypatch, caplog, trained_float_parts):
@@ -186,3 +190,34 @@ def test_decode_py_refuses_the_kernel_with_another_dtype(trained_workdir, tmp_pa
   assert result.returncode != 0
   assert re.search(r'--float32_kernel runs float32 products; --dtype is int8', result.stderr)
   assert not (tmp_path / 'out.txt').exists()
+
+
+@needs_kernel
+def test_a_models_translators_share_one_packed_copy(trained_float_parts, monkeypatch):
+  """fastmt.TranslationModel packs its weights once for all its Translators (spec:auto's candidates among them);
+  a Translator given packed weights without float32_kernel drops the packing (and the kernel)."""
+  config, params, tokenizer = trained_float_parts
+  calls = []
+  pack = few_rows.with_layout
+  monkeypatch.setattr(few_rows, 'with_layout', lambda p: calls.append(1) or pack(p))
+  model = api.TranslationModel(config, params, tokenizer, float32_kernel=True)
+  translators = [model.translator('greedy'), model.translator('spec', drafter='int8', block_size=2),
+                 model.translator('spec', drafter='int8', block_size=3)]
+  assert len(calls) == 1 and all(t.float32_kernel and few_rows.has_layout(t.params) for t in translators)
+  assert model.translate(GENESIS[:4], algorithm='spec', drafter='int8', block_size=3) == model.translate(GENESIS[:4])
+  plain = Translator(config, pack(params), tokenizer)
+  assert not plain.float32_kernel and not few_rows.has_layout(plain.params)
+  plain.translate(GENESIS[:2])
+  compiled = plain._compiled.values()  # pylint: disable=protected-access
+  assert compiled and all(kernels.FLOAT32_TARGET not in c.as_text() for c in compiled)
+
+
+@needs_kernel
+def test_packed_weights_quantize_as_the_plain_ones():
+  """The int8 copy (--drafter int8) made from packed weights is the one made from the plain weights."""
+  from fastmt import quantize  # pylint: disable=g-import-not-at-top
+  params = random_model(0)[1]
+  plain, packed = quantize.quantize_params(params), quantize.quantize_params(few_rows.with_layout(params))
+  assert jax.tree_util.tree_structure(plain) == jax.tree_util.tree_structure(packed)
+  assert all((np.asarray(a) == np.asarray(b)).all() for a, b in zip(jax.tree_util.tree_leaves(plain),
+                                                                     jax.tree_util.tree_leaves(packed)))

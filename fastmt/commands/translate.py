@@ -91,9 +91,9 @@ def define_flags():
                     'embedding too; int8_layers = the same with the embedding/output projection float; '
                     'bfloat16_int8[_layers] = those with bfloat16 activations between the int8 products, for '
                     'GPUs/TPUs (fastmt.quantize, fastmt.precision; any algorithm).')
-  flags.DEFINE_bool('float32_kernel', False, 'float32 only: run products of 2-8 rows (a window of positions at '
-                    'batch 1: spec, pgj, ib, hrt\'s second pass; a batch of up to 8) through fastmt\'s own CPU kernel '
-                    'instead of XLA\'s (x86 with AVX-512; elsewhere XLA\'s, said once). The same output up to float '
+  flags.DEFINE_bool('float32_kernel', False, 'float32 only: run products of at most 8 rows (a step or window of '
+                    'positions at batch 1: greedy, beam, spec, pgj, ib; a batch of up to 8) through fastmt\'s own '
+                    'CPU kernel instead of XLA\'s (x86 with AVX-512; elsewhere XLA\'s, said once). The same output up to float '
                     'near ties; measured in docs/BENCHMARKS.md section 8.')
   flags.DEFINE_integer('batch_size', 32, 'Sentences per batch (a short input uses a smaller one).')
   flags.DEFINE_integer('speed_sentences', 0, 'Also time this many sentences one by one at batch 1 '

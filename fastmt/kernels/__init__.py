@@ -2,7 +2,7 @@
 
 * int8_matmul.cc: the int8 matrix product of fastmt.quantize, on x86 CPUs with AVX-512 VNNI. XLA:CPU has no
   int8 matrix-vector product (docs/BENCHMARKS.md section 9).
-* float32_matmul.cc: a float32 product for a few rows (2 to FLOAT32_MAX_ROWS), on x86 CPUs with AVX-512, for the
+* float32_matmul.cc: a float32 product for a few rows (1 to FLOAT32_MAX_ROWS), on x86 CPUs with AVX-512, for the
   decoder calls over a window of positions at small batch: XLA:CPU hands those to YNNPACK fusions that cost
   far more than the weights they read (docs/BENCHMARKS.md section 8). Opt-in: Translator(float32_kernel=True).
 
@@ -29,7 +29,9 @@ import numpy as np
 TARGET = 'fastmt_int8_matmul'
 FLOAT32_TARGET = 'fastmt_float32_matmul'
 BLOCK = 16  # output columns per packed block (one 512-bit register of int32 or float32)
-# Rows up to which the float32 kernel is used: at more rows YNNPACK's blocked GEMM on every core is the faster.
+# Rows up to which the float32 kernel is used. Alone, YNNPACK (both cores) is already up to 1.3x faster on the
+# feed-forward products at 4-8 rows, but in decoder calls of 3-8 rows the kernel measured no slower (section 8);
+# at more rows one core's multiply-adds fall further behind YNNPACK's two.
 FLOAT32_MAX_ROWS = 8
 _DIR = os.path.dirname(os.path.abspath(__file__))
 

@@ -1,5 +1,5 @@
-// fastmt's float32 matrix product for a few rows (2 to 8: a decoder call over a window of positions at batch 1),
-// for x86 CPUs with AVX-512, as an XLA FFI custom call.
+// fastmt's float32 matrix product for a few rows (1 to 8: a decoder step or a window of positions at batch 1, a batch
+// of up to 8), for x86 CPUs with AVX-512, as an XLA FFI custom call.
 //
 // Why it exists (docs/BENCHMARKS.md sections 5 and 8): XLA:CPU runs a one-row product as its own
 // matrix-vector loop, but hands every product of two rows or more to YNNPACK fusions. Inside a decoder step
@@ -98,7 +98,9 @@ ffi::Error Float32MatmulImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> pack
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "fastmt_float32_matmul: x [M, K], packed [N/16, K, 16]");
   }
   const int64_t m = x_dims[0], k = x_dims[1], n = p_dims[0] * kBlock;
-  if (p_dims[1] != k || bias.element_count() != static_cast<size_t>(n)) {
+  auto out_dims = out->dimensions();
+  if (p_dims[1] != k || bias.element_count() != static_cast<size_t>(n) || out_dims.size() != 2 ||
+      out_dims[0] != m || out_dims[1] != n) {
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "fastmt_float32_matmul: shapes do not match");
   }
   Rows(x.typed_data(), m, k, packed.typed_data(), bias.typed_data(), n, out->typed_data());
