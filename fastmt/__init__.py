@@ -13,6 +13,7 @@
   fastmt.bench               every method side by side; fastmt.ddgviz: Jacobi traces
   fastmt.width               spec's window chosen by timing (greedy where no window pays)
   fastmt.quantize            8-bit weights (int8 inference; fastmt.kernels: its XLA:CPU kernel)
+  fastmt.few_rows            float32 products of at most 8 rows through fastmt's own CPU kernel (float32_kernel)
   fastmt.precision           a model's weights for a decoding dtype (float32, bfloat16, int8, ...)
   fastmt.errors              FastmtError: bad input, reported in one line by the command-line tools
 """
@@ -58,10 +59,10 @@ def _configs_of_a_source_checkout():
 _configs_of_a_source_checkout()
 
 
-def load(workdir: str, checkpoint='latest', dtype: str = 'float32'):
+def load(workdir: str, checkpoint='latest', dtype: str = 'float32', float32_kernel: bool = False):
   """A trained work directory as a fastmt.api.TranslationModel (see fastmt.api.load)."""
   from fastmt import api  # pylint: disable=g-import-not-at-top  (keeps `import fastmt` free of JAX)
-  return api.load(workdir, checkpoint, dtype)
+  return api.load(workdir, checkpoint, dtype, float32_kernel)
 
 
 def __getattr__(name):

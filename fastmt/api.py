@@ -165,7 +165,8 @@ def _check_lines(texts) -> None:
     raise FastmtError(f'give a str or an iterable of str to translate, got {type(texts).__name__}')
 
 
-def load(workdir: str, checkpoint='latest', dtype: str = 'float32', float32_kernel: bool = False) -> TranslationModel:
+def load(workdir: str, checkpoint='latest', dtype: str = 'float32',
+         float32_kernel: bool = False) -> TranslationModel:
   """A train.py work directory's checkpoint ('latest', 'best' or a step number) as a TranslationModel.
 
   dtype 'bfloat16' decodes in half precision (float32 softmax and logits); 'int8' / 'int8_layers' in 8 bits

@@ -187,6 +187,11 @@ def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_confi
   assert len(model.translate(texts, algorithm='greedy')) == 2  # C_d = 1
   assert len(fastmt.load(workdir, dtype='int8').translate(texts, algorithm='hrt')) == 2  # 8-bit: both stages
   assert len(fastmt.load(workdir, dtype='bfloat16').translate(texts, algorithm='hrt')) == 2
+  # fastmt's float32 kernel (products of at most 8 rows; XLA's where it cannot run): the same translations
+  kernel = fastmt.load(workdir, float32_kernel=True)
+  assert kernel.translate(texts, algorithm='hrt') == two_stage
+  assert kernel.translate(texts, algorithm='hrt', beam_size=3, nat_beam_size=2) == model.translate(
+      texts, algorithm='hrt', beam_size=3, nat_beam_size=2)
   with pytest.raises(FastmtError, match='chunk size 2'):
     model.translate(texts, algorithm='hrt', chunk_size=3)
   with pytest.raises(FastmtError, match='objective'):

@@ -364,6 +364,9 @@ def test_trained_interleaved_model_translates_with_ib_and_refuses_other_algorith
   int8 = fastmt.load(workdir, dtype='int8')  # 8-bit (fastmt.quantize): the interleaved decoders too
   assert [len(int8.translate(texts, algorithm='ib', **o)) for o in ({}, {'beam_size': 3})] == [3, 3]
   assert model.translator('ib').settings.interleaving.slots == 4  # (h, c) read from the work directory
+  kernel = fastmt.load(workdir, float32_kernel=True)  # fastmt's float32 kernel (XLA's where it cannot run)
+  assert kernel.translate(texts, algorithm='ib') == greedy
+  assert kernel.translate(texts, algorithm='ib', beam_size=3) == beam
   with pytest.raises(FastmtError, match='objective'):
     model.translate(texts, algorithm='greedy')
   with pytest.raises(FastmtError, match='objective'):
