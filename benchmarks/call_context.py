@@ -78,6 +78,9 @@ def main():
   parser.add_argument('--bucket', type=int, default=0, help='Source bucket width; 0 = the commonest.')
   parser.add_argument('--repeats', type=int, default=15)
   parser.add_argument('--output', help='Write the figures here as JSON.')
+  parser.add_argument('--float32_kernel', action='store_true', help='Every program with the layers\' products '
+                      'of at most 8 rows through fastmt\'s float32 CPU kernel (Translator float32_kernel), the '
+                      'curve columns too.')
   args = parser.parse_args()
   translators = {}
   for item in args.runs.split(','):
@@ -87,7 +90,7 @@ def main():
     label = f'{os.path.basename(os.path.normpath(workdir))}/{method}'
     if label in translators:
       parser.error(f'two rows would be named {label}')
-    translators[label] = bench.build_translators(workdir, [method])[0][method]
+    translators[label] = bench.build_translators(workdir, [method], float32_kernel=args.float32_kernel)[0][method]
   first = next(iter(translators.values()))
   dataset = workdir_lib.load_train_config(args.runs.split(',')[0].split('=', 1)[1]).dataset
   ids = [first.encode_sources([text], TranslationStats())[0]
@@ -186,7 +189,8 @@ def main():
   if args.output:
     with open(args.output, 'w') as f:
       json.dump({'runs': args.runs, 'split': args.split, 'bucket': bucket, 'sentences': len(chosen),
-                 'repeats': args.repeats, 'summary': summary, 'per_sentence': figures}, f, indent=1)
+                 'repeats': args.repeats, 'float32_kernel': args.float32_kernel, 'summary': summary,
+                 'per_sentence': figures}, f, indent=1)
 
 
 if __name__ == '__main__':
