@@ -25,6 +25,13 @@
 #   # trainings alone took 5.7 minutes and the first bench did not finish within a 9-minute run)
 #   IB_ROWS= DRAFTER= KD_FROM=raw STEPS=1500 FT_STEPS=600 TABLE_METHODS=greedy,hrt LATER_TABLE_METHODS=greedy,hrt:5:1 \
 #     BENCH_FLAGS="--limit 300 --large_batch_sentences 300" bash benchmarks/fast_decoders_gpu.sh
+#   # a fresh checkout with no models (runs/ does not outlast a session): every model trained there at once, for
+#   # one device call (carry .gpu_carry and .whl: `ROWS= TRAIN_SPLIT=1 bash benchmarks/gpu_carry.sh` here;
+#   # the wheels' install line is in gpu_carry.sh's header); the figures of AT, IB, IB+SA, HRT (with the
+#   # repetition guard) and the self-drafter at batch 1, 32 and 8, the bars' first:
+#   FASTMT_CACHE=$PWD/.gpu_carry RUNS=/tmp/gpu KD_FROM=raw DRAFTER= FT_INIT=scratch STEPS=1200 \
+#     TABLE_METHODS=greedy,ib,hrt,hrt+rep8 SPEC_METHODS=greedy,spec:4 \
+#     BENCH_FLAGS="--limit 300 --large_batch_sentences 300" timeout 470 bash benchmarks/fast_decoders_gpu.sh
 #   # a smoke run on a CPU (minutes; the figures mean nothing), given a finished distillation in RUNS/kd_en_de:
 #   FIRST_STAGES=none RUNS=runs/smoke STEPS=20 FT_STEPS=20 TOKENS=512 BENCH_FLAGS="--limit 16 \
 #     --speed_sentences 4 --large_batch_sentences 16 --repeats 1" bash benchmarks/fast_decoders_gpu.sh
@@ -49,8 +56,11 @@
 # greedy,spec:4), LATER_TABLE_METHODS and LATER_SPEC_METHODS (default none: one more bench each, after the others,
 # of AT and HRT / of the self-drafter), MODELS_FROM (a folder of trained work directories named as this script
 # names them, <row>_avg5 with <row> at_raw or at_kd, hrt_k2, selfdraft_w4, drafter_w3, ib_kd ...: nothing is
-# trained, each bench runs for the models present).
+# trained, each bench runs for the models present), FT_INIT (ft, the default: HRT k=2 and the self-drafter are
+# fine-tuned from AT; scratch: both trained from random initialisation for STEPS at once with AT, for a device
+# session too short to train AT first; their C_d = 1 greedy is then another model's than AT's).
 set -uo pipefail
+case ${FT_INIT:-ft} in ft | scratch) ;; *) echo "FT_INIT=$FT_INIT: use ft or scratch" >&2; exit 2 ;; esac
 # Several processes share the GPU: none may take 75% of its memory up front.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 PY=${PY:-python3} RUNS=${RUNS:-runs/gpu}
 export TEACHER_STEPS=${TEACHER_STEPS:-3000} STEPS=${STEPS:-2000} TOKENS=${TOKENS:-8192}
@@ -73,8 +83,8 @@ log() { echo "[$(date +%T)] $*" >> "$X/progress.txt"; }
 if [[ -n ${MODELS_FROM:-} ]]; then
   log "start: the models of $MODELS_FROM, nothing trained"
 else
-  log "start: teacher $TEACHER_STEPS steps (or ${KD_FROM:-no} KD_FROM), rows $STEPS steps, fine-tunings" \
-    "$FT_STEPS steps, $TOKENS tokens, $SHAPE"
+  log "start: teacher $TEACHER_STEPS steps (or ${KD_FROM:-no} KD_FROM), rows $STEPS steps, HRT and self-drafter" \
+    "$( [[ ${FT_INIT:-ft} == ft ]] && echo "fine-tuned $FT_STEPS steps" || echo "from scratch" ), $TOKENS tokens, $SHAPE"
 fi
 
 if [[ -n ${MODELS_FROM:-} ]]; then  # trained elsewhere: link them in, train nothing
@@ -109,16 +119,19 @@ if [[ $T == kd ]]; then
   cp "$KD/spm.model" "$X/kd_spm.model"
 fi
 
-# AT, then its two fine-tunings (they start from RUNS/AT_NAME_avg5).
+# HRT k=2 and the self-drafter: fine-tuned from AT for FT_STEPS once AT is done (FT_INIT=ft), or from random
+# initialisation for STEPS at once with AT (FT_INIT=scratch).
+train_hrt_and_selfdraft() {  # train_hrt_and_selfdraft INIT STEPS
+  ( ROWS=hrt_k2:k2:$HRT_T:$1 AT=$RUNS/${AT_NAME}_avg5 STEPS=$2 STAGES=students bash benchmarks/hrt.sh \
+      > "$RUNS/hrt_k2.log" 2>&1; log "hrt_k2 rc $?" ) &
+  ( INIT=$1 WIDTHS=4 AT=$RUNS/${AT_NAME}_avg5 STEPS=$2 STAGES=drafters bash benchmarks/spec.sh \
+      > "$RUNS/selfdraft_w4.log" 2>&1; log "selfdraft_w4 rc $?" ) &
+  wait
+}
 ( ROWS=$AT_NAME:at:$T STAGES=students bash benchmarks/interleaved.sh > "$RUNS/$AT_NAME.log" 2>&1
   log "$AT_NAME rc $?"
-  if [[ -d $RUNS/${AT_NAME}_avg5 ]]; then
-    ( ROWS=hrt_k2:k2:$HRT_T:ft AT=$RUNS/${AT_NAME}_avg5 STEPS=$FT_STEPS STAGES=students bash benchmarks/hrt.sh \
-        > "$RUNS/hrt_k2.log" 2>&1; log "hrt_k2 rc $?" ) &
-    ( WIDTHS=4 AT=$RUNS/${AT_NAME}_avg5 STEPS=$FT_STEPS STAGES=drafters bash benchmarks/spec.sh \
-        > "$RUNS/selfdraft_w4.log" 2>&1; log "selfdraft_w4 rc $?" ) &
-    wait
-  fi ) &
+  if [[ ${FT_INIT:-ft} == ft && -d $RUNS/${AT_NAME}_avg5 ]]; then train_hrt_and_selfdraft ft "$FT_STEPS"; fi ) &
+if [[ ${FT_INIT:-ft} == scratch ]]; then train_hrt_and_selfdraft scratch "$STEPS" & fi
 for spec in $IB_ROWS; do
   ( ROWS=$spec STAGES=students bash benchmarks/interleaved.sh > "$RUNS/${spec%%:*}.log" 2>&1
     log "${spec%%:*} rc $?" ) &

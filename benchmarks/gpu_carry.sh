@@ -28,7 +28,8 @@
 #     --b8 table_b8.results.json
 #
 # Environment: ROWS (NAME=WORKDIR ...: each work directory's last checkpoint, parameters only, becomes
-# .gpu_carry/models/NAME_avg5; one already there is kept: rm -rf .gpu_carry/models to start over), DTYPE (how
+# .gpu_carry/models/NAME_avg5; one already there is kept: rm -rf .gpu_carry/models to start over; empty: no
+# model, for a run that trains its models on the GPU, with TRAIN_SPLIT=1), DTYPE (how
 # they are stored: bfloat16, the default, or float32: a quickstart-shape model takes 12 or 27 MiB), PAIR
 # (default en_de), TRAIN_SPLIT (1: carry the training split), KD (a distillation to carry), PY.
 # benchmarks/hrt_gpu.sh is the device run that fine-tunes HRT there from a carried AT model (its header: the
@@ -36,7 +37,7 @@
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 PY=${PY:-.venv/bin/python}
-ROWS=${ROWS:?ROWS="NAME=WORKDIR ..." names the models to carry}
+ROWS=${ROWS?ROWS="NAME=WORKDIR ..." names the models to carry (ROWS= none: a run that trains on the GPU)}
 PAIR=${PAIR:-en_de}
 CARRY=.gpu_carry
 LIMIT_MIB=64

@@ -21,7 +21,9 @@
 # outputs, self-distillation, so that the mask slots learn the tokens the verifier will accept), WIDTHS (draft blocks to train, default
 # "4"), SHAPE (the self-drafter's: quickstart | e6d6 | e6d1 | e12d1, AT's shape), STEPS (per row; 0 = the
 # config's), TOKENS, METHODS (bench methods), EXTRA, PY, BENCH_FLAGS, TARGETS (kd: KD's distilled targets, the
-# default; raw: the training split's own targets for the self-drafters and the drafter model, no distillation).
+# default; raw: the training split's own targets for the self-drafters and the drafter model, no distillation),
+# INIT (the self-drafters': ft, fine-tuned from AT, the default; scratch: random initialisation, AT unused, for a
+# lent GPU whose session is too short to train AT first).
 set -euo pipefail
 # shellcheck source=benchmarks/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -36,6 +38,12 @@ TOKENS=${TOKENS:-0}
 EXTRA=${EXTRA:-}
 BENCH_FLAGS=${BENCH_FLAGS:-}
 STAGES=${STAGES:-distill drafters eval model}
+INIT=${INIT:-ft}
+case $INIT in
+  ft) INIT_FLAGS=(--config.init_from="$AT") ;;
+  scratch) INIT_FLAGS=() ;;
+  *) echo "INIT=$INIT: use ft or scratch" >&2; exit 2 ;;
+esac
 DRAFTER_W=${DRAFTER_W:-3}
 DRAFTER_STEPS=${DRAFTER_STEPS:-2400}
 DRAFTER_METHODS=${DRAFTER_METHODS:-greedy,spec:2+model,spec:3+model,spec:4+model,spec:2+ngram}
@@ -70,7 +78,7 @@ if has_stage drafters; then
     if [[ -d $RUNS/${name}_avg5 ]]; then echo "$name: done ($RUNS/${name}_avg5)"; continue; fi
     start=$(date +%s)
     # shellcheck disable=SC2046
-    $PY train.py --config "configs/selfdraft.py:w$width$shape" --workdir "$RUNS/$name" --config.init_from="$AT" \
+    $PY train.py --config "configs/selfdraft.py:w$width$shape" --workdir "$RUNS/$name" ${INIT_FLAGS[@]+"${INIT_FLAGS[@]}"} \
       ${TARGET_FLAGS[@]+"${TARGET_FLAGS[@]}"} $(training_flags "$STEPS")
     echo "$name: $(( $(date +%s) - start )) s of fine-tuning" | tee -a "$RUNS/training_seconds.txt"
     $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
