@@ -132,14 +132,17 @@ class TranslationModel:
                      clusters: str | None = None, draft_model=None, stats: TranslationStats | None = None,
                      **settings) -> Iterator[str]:
     """Streams translations of any iterable of lines (a file object too; trailing newlines are dropped),
-    in input order, a chunk at a time: memory stays bounded however long the input is."""
+    in input order, a chunk at a time: memory stays bounded however long the input is. A list or tuple is
+    read in chunks of 4,096 lines; any other iterable (a generator, a file, sys.stdin, a queue's iterator)
+    as its lines arrive: each chunk is the lines already there, so a line is translated without waiting for
+    the next ones (fastmt.streaming)."""
     if isinstance(lines, str):
       raise FastmtError('translate_iter takes an iterable of lines, not one string (which it would read character '
                         'by character): translate() takes one sentence')
     _check_lines(lines)
     translator = self.translator(algorithm, clusters, draft_model, **settings)
     return translator.translate_iter((line.rstrip('\r\n') if isinstance(line, str) else line for line in lines),
-                                     batch_size, stats)
+                                     batch_size, stats, stream=not isinstance(lines, collections.abc.Sequence))
 
   def __repr__(self):
     return (f'TranslationModel({self.workdir!r}, step={self.step}, objective={self.objective!r}, '
@@ -163,6 +166,9 @@ def _check_lines(texts) -> None:
     raise FastmtError('give text (str), not bytes: decode them first, e.g. data.decode("utf-8")')
   if not isinstance(texts, collections.abc.Iterable):
     raise FastmtError(f'give a str or an iterable of str to translate, got {type(texts).__name__}')
+  if getattr(texts, 'ndim', None) == 0:  # a 0-d numpy array is Iterable by type but cannot be iterated
+    raise FastmtError('give a str or a 1-d array of str to translate, got a 0-d array: pass array.item() for '
+                      'one sentence')
 
 
 def load(workdir: str, checkpoint='latest', dtype: str = 'float32',

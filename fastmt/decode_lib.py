@@ -8,6 +8,7 @@ first lines appear before the last are read. Scoring is automatic with a referen
 
 import contextlib
 import dataclasses
+import functools
 import io
 import json
 import logging
@@ -383,8 +384,10 @@ def load_draft_model(drafter_workdir: str | None, dtype: str = 'float32'):
 
 
 def translate_stream(translator: Translator, lines, write, batch_size: int = 32, total: int | None = None,
-                     keep: bool = False, show_progress: bool = True):
-  """Translates an iterable of lines, calling write(translation) in input order as lines finish.
+                     keep: bool = False, show_progress: bool = True, stream: bool = False):
+  """Translates an iterable of lines, calling write(translation) in input order as lines finish; with
+  stream=True (an input that is no file: stdin, a pipe) each line as soon as it has arrived
+  (Translator.iter_ids' stream), not once a chunk of 4,096 lines has.
 
   Returns (stats, wall seconds, source words, hypotheses if keep else None). The progress bar (sentences/s,
   ETA) shows for inputs longer than a screen, or of unknown length.
@@ -401,7 +404,7 @@ def translate_stream(translator: Translator, lines, write, batch_size: int = 32,
       yield line
 
   start = time.perf_counter()
-  for hypothesis in translator.translate_iter(counted(lines), batch_size, stats):
+  for hypothesis in translator.translate_iter(counted(lines), batch_size, stats, stream=stream):
     hypothesis = one_line(hypothesis)
     write(hypothesis)
     if kept is not None:
@@ -510,10 +513,18 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
         first_sources.append(line)
       yield line
 
+  stream = total is None  # stdin or a pipe: a person or a program may wait for each line's translation
+
+  def write(line, out):
+    out.write(line + '\n')
+    if stream:
+      out.flush()
+
   with replaced_on_success(output_path) as out:
     stats, wall, words, hypotheses = translate_stream(translator, remembered(lines),
-                                                      lambda line: out.write(line + '\n'), batch_size, total,
-                                                      keep=reference_path is not None, show_progress=show_progress)
+                                                      functools.partial(write, out=out), batch_size, total,
+                                                      keep=reference_path is not None, show_progress=show_progress,
+                                                      stream=stream)
     out.flush()
   if total is not None and stats.sentences != total:  # the translations of what was read are kept
     raise FastmtError(f'{input_path} had {total} lines when decoding began but {stats.sentences} were translated: '

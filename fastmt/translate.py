@@ -32,7 +32,7 @@ import numpy as np
 
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from fastmt import few_rows, kernels, models, objectives, precision, projection, quantize
+from fastmt import few_rows, kernels, models, objectives, precision, projection, quantize, streaming
 from fastmt.objectives import hrt as hrt_objective
 from fastmt.objectives import selfdraft
 from fastmt.config import ModelConfig
@@ -601,10 +601,13 @@ class Translator:
       yield finished
 
   def iter_ids(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
-               chunk_sentences: int = 4096, lines_at_cap: list | None = None) -> Iterator[np.ndarray]:
+               chunk_sentences: int = 4096, lines_at_cap: list | None = None,
+               stream: bool = False) -> Iterator[np.ndarray]:
     """Output ids per input line (without EOS; empty for a blank line), in input order, as they finish.
 
-    Reads chunk_sentences lines at a time: memory holds one chunk's tensors, whatever the input's size.
+    Reads chunk_sentences lines at a time: memory holds one chunk's tensors, whatever the input's size. With
+    stream=True a chunk is the lines that have arrived, at most chunk_sentences (fastmt.streaming): a line
+    typed, or sent through a pipe or a queue, is translated without waiting for the lines after it.
     With --drafter ngram and ngram_memory, the drafts also come from the outputs of this stream's earlier
     batches (a fresh memory per call: one call's speed never depends on what an earlier call translated).
     lines_at_cap: if a list, the input line numbers (from 1) of every output that reached the output cap
@@ -615,7 +618,9 @@ class Translator:
     first_line = 1
     recent = [np.full((self.recent_size,), PAD_ID, np.int32)] if self.recent_size else None
     at_cap_before, named_at_cap = stats.outputs_at_cap, []  # the warning is this call's (stats may add up calls)
-    while chunk := list(itertools.islice(lines, chunk_sentences)):
+    chunks = (streaming.available_chunks(lines, chunk_sentences) if stream
+              else iter(lambda: list(itertools.islice(lines, chunk_sentences)), []))
+    for chunk in chunks:
       ready, next_index = {}, 0
       for finished in self._decode_chunk(chunk, batch_size, stats, first_line, recent, named_at_cap,
                                          lines_at_cap):
@@ -632,9 +637,10 @@ class Translator:
                       ', '.join(map(str, named)), more)
 
   def translate_iter(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
-                     chunk_sentences: int = 4096) -> Iterator[str]:
-    """Translations in input order, streamed (see iter_ids); a blank line gives an empty line."""
-    for ids in self.iter_ids(texts, batch_size, stats, chunk_sentences):
+                     chunk_sentences: int = 4096, stream: bool = False) -> Iterator[str]:
+    """Translations in input order, streamed (see iter_ids, and its stream for an interactive input); a blank
+    line gives an empty line."""
+    for ids in self.iter_ids(texts, batch_size, stats, chunk_sentences, stream=stream):
       yield self.tokenizer.decode([ids])[0]
 
   def translate_ids(self, texts: list[str], batch_size: int = 32, stats: TranslationStats | None = None,

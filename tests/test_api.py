@@ -33,6 +33,25 @@ def test_load_and_translate_in_order_with_every_algorithm(trained_workdir):
   assert model.translate(['', SENTENCES[0], '   ']) == ['', greedy[0], '']
 
 
+def test_translate_iter_translates_a_generator_line_by_line_as_lines_arrive(trained_workdir):
+  """A generator fed by a person, a socket or a queue: its first translation comes before its next line does
+  (chunks of 4,096 lines waited for the 4,096th, or the end); a list is read in whole chunks, as before."""
+  import threading  # pylint: disable=g-import-not-at-top
+  model = fastmt.load(trained_workdir)
+  first_out = threading.Event()
+
+  def typed():
+    yield SENTENCES[0]
+    if not first_out.wait(timeout=30):  # the old chunking: never set, so fail rather than hang
+      raise AssertionError('line 2 was asked for before line 1 was translated')
+    yield SENTENCES[1]
+  outputs = []
+  for output in model.translate_iter(typed()):
+    outputs.append(output)
+    first_out.set()
+  assert outputs == model.translate(SENTENCES[:2])
+
+
 def test_load_picks_the_checkpoint_and_reports_bad_input(trained_workdir, tmp_path):
   best = fastmt.load(trained_workdir, checkpoint='best')
   assert best.step in (10, 20)  # tiny config: validation at steps 10 and 20
@@ -94,7 +113,8 @@ def test_bad_lines_and_settings_are_fastmt_errors_and_translate_reports_its_coun
   model = fastmt.load(trained_workdir)
   for texts, message in (([SENTENCES[0], None], 'input 2: .* must be a str, got NoneType'),
                          ([SENTENCES[0], b'God'], 'input 2: .* got bytes'),
-                         (None, 'a str or an iterable of str'), (b'God', 'not bytes'), (5, 'got int')):
+                         (None, 'a str or an iterable of str'), (b'God', 'not bytes'), (5, 'got int'),
+                         (np.array('God'), '0-d array: pass array.item')):
     with pytest.raises(FastmtError, match=message):
       model.translate(texts)
   with pytest.raises(FastmtError, match='not one string'):

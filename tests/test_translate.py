@@ -443,6 +443,26 @@ def test_inputs_stream_a_chunk_at_a_time(model_parts):
   assert len(read) <= 16
 
 
+def test_a_streamed_input_is_translated_as_its_lines_arrive(model_parts):
+  """stream=True (decode.py on stdin or a pipe): a line is translated once it has arrived, not once its chunk's
+  4,096 lines have; the outputs are those of the same lines read at once."""
+  import threading  # pylint: disable=g-import-not-at-top
+  translator = Translator(*model_parts)
+  first_out = threading.Event()
+
+  def typed():
+    yield GENESIS[0]
+    if not first_out.wait(timeout=30):  # fixed chunks would wait here for line 2: fail rather than hang
+      raise AssertionError('line 2 was asked for before line 1 was translated')
+    yield GENESIS[1]
+  outputs = []
+  for ids in translator.iter_ids(typed(), batch_size=4, stream=True):
+    outputs.append(ids)
+    first_out.set()
+  expected, _ = translator.translate_ids(GENESIS[:2], batch_size=4)
+  assert len(outputs) == 2 and all(np.array_equal(a, b) for a, b in zip(outputs, expected))
+
+
 def test_the_truncation_warning_names_the_input_line_counting_blank_lines(model_parts, caplog):
   long_line = ' '.join(['light'] * (3 * model_parts[0].max_length))
   Translator(*model_parts).translate(['God', '', '', long_line], batch_size=2)

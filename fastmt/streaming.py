@@ -1,0 +1,65 @@
+"""Chunks of a stream's items as they arrive, for translating an interactive or socket-fed input line by line.
+
+Decoding reads its input a chunk of lines at a time (sorting a chunk by length makes batches of similar
+lengths). A fixed-size chunk waits for all its lines: with a person typing into `fastmt-translate`, or a
+generator fed by a queue or a socket, the first translation would come only after thousands of lines or the
+end of the input. `available_chunks` instead makes each chunk of the items that have arrived: it waits for one,
+then takes the others already there, up to a chunk's size. A reader thread pulls the items ahead of the
+consumer (at most two chunks ahead, so memory stays bounded); a file's lines arrive far faster than they are
+translated, so after the first chunk its chunks are full.
+"""
+
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+T = TypeVar('T')
+
+_END = object()
+
+
+class _Raised:  # an exception of the source, handed to the consumer in its place in the stream
+  def __init__(self, error: BaseException):
+    self.error = error
+
+
+def available_chunks(items: Iterable[T], max_items: int) -> Iterator[list[T]]:
+  """Lists of the items of `items` in order, each of at least one item and at most max_items: an item the
+  source has not produced yet is waited for only when the chunk would otherwise be empty. An exception of the
+  source is raised here in its place in the stream (the items before it come first, in earlier chunks or, in
+  the chunk being filled, discarded with it, as when a fixed-size chunk's reading fails). The reader is a
+  daemon thread: a consumer that stops early leaves it blocked, never the process's exit."""
+  if max_items < 1:
+    raise ValueError(f'max_items must be >= 1, got {max_items}')
+  arrived = queue.Queue(maxsize=2 * max_items)
+
+  def read():
+    try:
+      for item in items:
+        arrived.put(item)
+    except BaseException as e:  # pylint: disable=broad-except  # re-raised by the consumer
+      arrived.put(_Raised(e))
+    else:
+      arrived.put(_END)
+
+  threading.Thread(target=read, name='fastmt-available-chunks', daemon=True).start()
+  done = False
+  while not done:
+    chunk = []
+    item = arrived.get()  # the one wait: the chunk is empty
+    while True:
+      if item is _END:
+        done = True
+        break
+      if isinstance(item, _Raised):
+        raise item.error
+      chunk.append(item)
+      if len(chunk) == max_items:
+        break
+      try:
+        item = arrived.get_nowait()
+      except queue.Empty:
+        break
+    if chunk:
+      yield chunk
