@@ -35,7 +35,7 @@ def test_load_and_translate_in_order_with_every_algorithm(trained_workdir):
 
 def test_translate_iter_translates_a_generator_line_by_line_as_lines_arrive(trained_workdir):
   """A generator fed by a person, a socket or a queue: its first translation comes before its next line does
-  (chunks of 4,096 lines waited for the 4,096th, or the end); a list is read in whole chunks, as before."""
+  (chunks of 4,096 lines waited for the 4,096th, or the end)."""
   import threading  # pylint: disable=g-import-not-at-top
   model = fastmt.load(trained_workdir)
   first_out = threading.Event()
