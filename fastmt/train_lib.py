@@ -193,6 +193,20 @@ def with_absolute_paths(config):
   return config
 
 
+def _newest_checkpoint_step(workdir: str) -> int:
+  """The step of workdir's newest checkpoint, 0 if none; writes nothing (a refused run leaves no trace)."""
+  if not os.path.isdir(os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)):
+    return 0
+  manager = workdir_lib.checkpoint_manager(workdir)
+  try:
+    return manager.latest_step() or 0
+  finally:
+    manager.close()
+
+
+FINISHED_RUN_LOCK_WAIT_S = 600  # how long resuming a finished run waits for another process holding its lock
+
+
 def train_and_evaluate(config, workdir: str) -> TrainState:
   """Trains config's model in workdir, resuming from its latest checkpoint; returns the final state."""
   workdir = os.fspath(workdir)
@@ -209,7 +223,11 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     os.makedirs(workdir, exist_ok=True)
   except (FileExistsError, NotADirectoryError) as e:
     raise FastmtError(f'cannot make the work directory {workdir}: {e.strerror} ({e.filename})') from None
-  with workdir_lib.training_lock(workdir):
+  # A finished run (its newest checkpoint at num_train_steps) only restores and returns, in seconds: a second
+  # process resuming it at the same time (notebooks 02-05 each resume 01's model; scripts sharing one base
+  # model) waits for the lock instead of failing. A run with steps left to train is refused at once.
+  finished = _newest_checkpoint_step(workdir) >= config.num_train_steps
+  with workdir_lib.training_lock(workdir, wait_s=FINISHED_RUN_LOCK_WAIT_S if finished else 0):
     return _train_in(config, workdir, objective_name, objective_options)
 
 

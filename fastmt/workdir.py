@@ -130,17 +130,18 @@ def save_objective(workdir: str, objective: str, options: dict | None = None) ->
 
 
 @contextlib.contextmanager
-def training_lock(workdir: str):
+def training_lock(workdir: str, wait_s: float = 0):
   """Holds workdir's training lock for the block; a second training run in the same directory is a
-  FastmtError at once. Two runs would interleave their checkpoints and history and each resume from the
-  other's steps. The lock is the operating system's (flock), so a killed run never leaves it held. Multi-host:
-  process 0 takes it (the hosts of one run may share the directory) and every process learns whether it got
-  it, so that a refused run stops on every host instead of leaving the others waiting at a barrier."""
+  FastmtError at once (or after waiting wait_s seconds for the first to end). Two runs would interleave their
+  checkpoints and history and each resume from the other's steps. The lock is the operating system's (flock),
+  so a killed run never leaves it held. Multi-host: process 0 takes it (the hosts of one run may share the
+  directory) and every process learns whether it got it, so that a refused run stops on every host instead of
+  leaving the others waiting at a barrier."""
   lock = None
   if jax.process_index() == 0:
     lock = filelock.FileLock(os.path.join(workdir, TRAINING_LOCK_FILE))
     try:
-      lock.acquire(timeout=0)
+      lock.acquire(timeout=wait_s)
     except filelock.Timeout:
       lock = None
   held = lock is not None

@@ -3,6 +3,7 @@ parameters, and workdirs from another config fail with one clear error."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -131,6 +132,20 @@ def test_a_second_training_run_in_one_work_directory_is_refused(trained_workdir,
   assert sorted(os.listdir(tmp_path)) == [workdir_lib.TRAINING_LOCK_FILE]  # nothing written
   train_lib.train_and_evaluate(tiny_config, str(tmp_path))  # free again once that run has ended
   assert _losses(str(tmp_path)) == _losses(trained_workdir)
+
+
+def test_resuming_a_finished_run_waits_for_another_process_resuming_it(trained_workdir, tiny_config, tmp_path):
+  """Notebooks 02-05 each resume notebook 01's finished model, two at a time under `make notebooks`: the second
+  waits for the lock (a finished run only restores, in seconds) instead of failing as a second training run
+  does."""
+  workdir = str(tmp_path / 'finished')
+  shutil.copytree(trained_workdir, workdir)
+  lock = workdir_lib.training_lock(workdir)
+  lock.__enter__()  # as another process resuming it would hold it
+  threading.Timer(2, lock.__exit__, (None, None, None)).start()
+  state = train_lib.train_and_evaluate(tiny_config, workdir)
+  assert int(state.step) == tiny_config.num_train_steps
+  assert _losses(workdir) == _losses(trained_workdir)  # nothing trained or logged again
 
 
 def test_a_killed_run_leaves_no_lock_held(tmp_path):
