@@ -2,6 +2,7 @@
 selfdraft training layout, a perfect drafter takes the fewest verification calls, and whatever it drafts
 (random weights, adversarial stubs) the output is the verifier's greedy output with never more calls."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -227,13 +228,21 @@ def test_the_translator_refuses_a_drafter_of_another_vocabulary_before_it_compil
       translate.Translator(config, params, tokenizer, settings, draft_model=drafter)
 
 
-def _uncached_continuation(model, params, source, prefix, count):
-  """The model's greedy continuation of prefix (BOS first), count tokens, each from a full uncached pass."""
+def _uncached_continuation(model, params, source, prefix, count, width=32):
+  """The model's greedy continuation of prefix (BOS first), count tokens, each from a full uncached pass. The
+  pass reads `width` target positions, PAD after the prefix: causal attention keeps them from the position read,
+  and one compiled pass serves every prefix (op by op, each prefix length cost a compile of every op)."""
+  forward = _FORWARDS.setdefault(id(model), (model, jax.jit(
+      lambda params, source, tokens: model.apply({'params': params}, source, tokens))))[1]
   tokens = list(prefix)
+  assert len(tokens) + count <= width
   for _ in range(count):
-    logits = model.apply({'params': params}, source, jnp.array([tokens]))
-    tokens.append(int(jnp.argmax(logits[0, -1])))
+    logits = forward(params, source, jnp.array([tokens + [PAD_ID] * (width - len(tokens))]))
+    tokens.append(int(jnp.argmax(logits[0, len(tokens) - 1])))
   return tokens[len(prefix):]
+
+
+_FORWARDS = {}  # id(model) -> (model: kept alive so that its id is not reused, its compiled forward pass)
 
 
 @pytest.mark.parametrize('precision_', ['float32', 'int8'])

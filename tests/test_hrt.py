@@ -183,9 +183,11 @@ def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_confi
   texts = ['In the beginning God created the heaven and the earth.', '']
   two_stage = model.translate(texts, algorithm='hrt')
   assert len(two_stage) == 2 and two_stage[1] == ''
-  assert len(model.translate(texts, algorithm='hrt', beam_size=3, nat_beam_size=2)) == 2
   assert len(model.translate(texts, algorithm='greedy')) == 2  # C_d = 1
   assert len(fastmt.load(workdir, dtype='int8').translate(texts, algorithm='hrt')) == 2  # 8-bit: both stages
+  if relative:
+    return  # what follows does not depend on the relative keys: once is enough (the tests' minutes)
+  assert len(model.translate(texts, algorithm='hrt', beam_size=3, nat_beam_size=2)) == 2
   assert len(fastmt.load(workdir, dtype='bfloat16').translate(texts, algorithm='hrt')) == 2
   # fastmt's float32 kernel (products of at most 8 rows; XLA's where it cannot run): the same translations
   kernel = fastmt.load(workdir, float32_kernel=True)
