@@ -2,7 +2,7 @@ r"""Executes the notebooks top to bottom, as CI does (`make notebooks`), with th
 (SMALL = True in the committed notebooks: minutes on 2 CPU cores).
 
     python notebooks/execute.py                       # every notebook; outputs to runs/notebooks/executed/
-    python notebooks/execute.py --jobs 2              # two at a time (make notebooks: one per CPU, at most 4)
+    python notebooks/execute.py --jobs 2              # two at a time (make notebooks: NOTEBOOK_JOBS, 2)
     python notebooks/execute.py --inplace             # write the outputs into the notebooks (to commit them)
     python notebooks/execute.py 03_ib_im_hrt          # some of them
 
@@ -13,8 +13,8 @@ With --jobs N, up to N notebooks run at once, each in its own process, in the or
 starts once the notebooks it reuses the run directories of have finished (01's AT model, which every other
 notebook resumes, would otherwise be trained by four processes into one directory). Much of a notebook's time on
 a CPU is XLA compiling, which uses one core: on 2 cores, 02 and 03 at once took 30 minutes (the last 15 sharing
-the cores with a test run; 2026-11-28), one after the other 38. Their timing tables are then measured while another notebook runs: commit outputs of
---jobs 1 (the default), whose speed-ups are the machine's own.
+the cores with a test run; 2026-11-28), one after the other 38. Their timing tables are then measured while
+another notebook runs: commit outputs of --jobs 1 (the default), whose speed-ups are the machine's own.
 """
 
 import argparse

@@ -140,10 +140,17 @@ def test_resuming_a_finished_run_waits_for_another_process_resuming_it(trained_w
   does."""
   workdir = str(tmp_path / 'finished')
   shutil.copytree(trained_workdir, workdir)
-  lock = workdir_lib.training_lock(workdir)
-  lock.__enter__()  # as another process resuming it would hold it
-  threading.Timer(2, lock.__exit__, (None, None, None)).start()
-  state = train_lib.train_and_evaluate(tiny_config, workdir)
+  holder = subprocess.Popen(  # another process resuming it, holding the lock for 3 s
+      [sys.executable, '-c', 'import time; from fastmt import workdir\n'
+       f'with workdir.training_lock({workdir!r}):\n  print("held", flush=True); time.sleep(3)'],
+      stdout=subprocess.PIPE, text=True)
+  try:
+    assert 'held' in holder.stdout.readline()
+    state = train_lib.train_and_evaluate(tiny_config, workdir)
+    assert holder.poll() is not None  # it ran once the other process had let go
+  finally:
+    holder.kill()
+    holder.wait()
   assert int(state.step) == tiny_config.num_train_steps
   assert _losses(workdir) == _losses(trained_workdir)  # nothing trained or logged again
 
