@@ -6,7 +6,9 @@ generator fed by a queue or a socket, the first translation would come only afte
 end of the input. `available_chunks` instead makes each chunk of the items that have arrived: it waits for one,
 then takes the others already there, up to a chunk's size. A reader thread pulls the items ahead of the
 consumer (at most two chunks ahead, so memory stays bounded); a file's lines arrive far faster than they are
-translated, so after the first chunk its chunks are full.
+translated, so after the first chunk its chunks are full. A consumer that stops early (closes the generator,
+or drops it) stops the reader too: it takes at most the item it is waiting for from the source, so a caller
+can go on reading the rest of, say, stdin itself.
 """
 
 import queue
@@ -28,38 +30,53 @@ def available_chunks(items: Iterable[T], max_items: int) -> Iterator[list[T]]:
   """Lists of the items of `items` in order, each of at least one item and at most max_items: an item the
   source has not produced yet is waited for only when the chunk would otherwise be empty. An exception of the
   source is raised here in its place in the stream (the items before it come first, in earlier chunks or, in
-  the chunk being filled, discarded with it, as when a fixed-size chunk's reading fails). The reader is a
-  daemon thread: a consumer that stops early leaves it blocked, never the process's exit."""
+  the chunk being filled, discarded with it, as when a fixed-size chunk's reading fails). Closing the generator
+  stops the reader after the item it is reading; the reader is a daemon thread, so a source that never yields
+  again (a silent socket) holds it but never the process's exit."""
   if max_items < 1:
     raise ValueError(f'max_items must be >= 1, got {max_items}')
-  arrived = queue.Queue(maxsize=2 * max_items)
+  arrived = queue.Queue(maxsize=2 * max_items)  # >= 2: what the reader puts after the consumer's drain fits
+  stopped = threading.Event()
 
   def read():
     try:
       for item in items:
+        if stopped.is_set():  # the consumer has gone: take nothing more from the source
+          return
         arrived.put(item)
     except BaseException as e:  # pylint: disable=broad-except  # re-raised by the consumer
       arrived.put(_Raised(e))
     else:
       arrived.put(_END)
 
-  threading.Thread(target=read, name='fastmt-available-chunks', daemon=True).start()
-  done = False
-  while not done:
-    chunk = []
-    item = arrived.get()  # the one wait: the chunk is empty
+  reader = threading.Thread(target=read, name='fastmt-available-chunks', daemon=True)
+  reader.start()
+  try:
+    done = False
+    while not done:
+      chunk = []
+      item = arrived.get()  # the one wait: the chunk is empty
+      while True:
+        if item is _END:
+          done = True
+          break
+        if isinstance(item, _Raised):
+          raise item.error
+        chunk.append(item)
+        if len(chunk) == max_items:
+          break
+        try:
+          item = arrived.get_nowait()
+        except queue.Empty:
+          break
+      if chunk:
+        yield chunk
+  finally:
+    # Unblock a reader waiting on a full queue: after this drain it can put at most one item (the one it was
+    # reading) and then _END or an error, and the queue holds at least two, before it sees `stopped`.
+    stopped.set()
     while True:
-      if item is _END:
-        done = True
-        break
-      if isinstance(item, _Raised):
-        raise item.error
-      chunk.append(item)
-      if len(chunk) == max_items:
-        break
       try:
-        item = arrived.get_nowait()
+        arrived.get_nowait()
       except queue.Empty:
         break
-    if chunk:
-      yield chunk

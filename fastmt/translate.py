@@ -620,15 +620,19 @@ class Translator:
     at_cap_before, named_at_cap = stats.outputs_at_cap, []  # the warning is this call's (stats may add up calls)
     chunks = (streaming.available_chunks(lines, chunk_sentences) if stream
               else iter(lambda: list(itertools.islice(lines, chunk_sentences)), []))
-    for chunk in chunks:
-      ready, next_index = {}, 0
-      for finished in self._decode_chunk(chunk, batch_size, stats, first_line, recent, named_at_cap,
-                                         lines_at_cap):
-        ready.update(finished)
-        while next_index in ready:
-          yield ready.pop(next_index)
-          next_index += 1
-      first_line += len(chunk)
+    try:
+      for chunk in chunks:
+        ready, next_index = {}, 0
+        for finished in self._decode_chunk(chunk, batch_size, stats, first_line, recent, named_at_cap,
+                                           lines_at_cap):
+          ready.update(finished)
+          while next_index in ready:
+            yield ready.pop(next_index)
+            next_index += 1
+        first_line += len(chunk)
+    finally:
+      if stream:  # a caller that stops early stops the reader too, now rather than when chunks is collected
+        chunks.close()
     at_cap = stats.outputs_at_cap - at_cap_before
     if at_cap:
       named = sorted(named_at_cap)

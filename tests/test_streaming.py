@@ -46,3 +46,31 @@ def test_the_sources_error_comes_in_its_place():
   assert seen == [1, 2]
   with pytest.raises(ValueError, match='max_items must be >= 1'):
     next(available_chunks([1], 0))
+
+
+def _readers():
+  return [t for t in threading.enumerate() if t.name == 'fastmt-available-chunks']
+
+
+def test_a_consumer_that_stops_early_stops_the_reader_and_leaves_the_rest_of_the_source():
+  taken = []
+
+  def endless():
+    i = 0
+    while True:
+      taken.append(i)
+      yield i
+      i += 1
+  before = set(_readers())
+  chunks = available_chunks(endless(), 3)
+  assert next(chunks)
+  reader, = set(_readers()) - before
+  for _ in range(3000):  # until the reader has filled the queue (two chunks) and waits to put one more
+    if len(taken) >= 1 + 6 + 1:
+      break
+    threading.Event().wait(0.01)
+  taken_when_closed = len(taken)
+  chunks.close()
+  reader.join(timeout=30)
+  assert not reader.is_alive()
+  assert len(taken) <= taken_when_closed + 1  # at most the item it was reading when the consumer left

@@ -427,8 +427,11 @@ def test_one_sentence_costs_its_own_decoder_calls_not_a_padded_batch(model_parts
   assert stats.padding_rows == 1 and stats.loop_iterations <= stats.decoder_calls
 
 
-def test_inputs_stream_a_chunk_at_a_time(model_parts):
-  """iter_ids reads only chunk_sentences lines ahead: an endless input still yields its first translations."""
+@pytest.mark.parametrize('stream', [False, True])
+def test_inputs_stream_a_chunk_at_a_time(model_parts, stream):
+  """iter_ids reads only chunk_sentences lines ahead (a streamed input's reader two chunks more): an endless
+  input still yields its first translations, and a caller that stops early stops the reading too."""
+  import threading  # pylint: disable=g-import-not-at-top
   translator = Translator(*model_parts)
   read = []
 
@@ -436,10 +439,19 @@ def test_inputs_stream_a_chunk_at_a_time(model_parts):
     for i in itertools.count():
       read.append(i)
       yield GENESIS[i % 5]
-  first = list(itertools.islice(translator.iter_ids(endless(), batch_size=4, chunk_sentences=8), 10))
+  readers_before = {t for t in threading.enumerate() if t.name == 'fastmt-available-chunks'}
+  outputs = translator.iter_ids(endless(), batch_size=4, chunk_sentences=8, stream=stream)
+  first = list(itertools.islice(outputs, 10))
+  outputs.close()
+  read_when_closed = len(read)
+  for reader in {t for t in threading.enumerate() if t.name == 'fastmt-available-chunks'} - readers_before:
+    reader.join(timeout=30)
+    assert not reader.is_alive()
   expected, _ = translator.translate_ids(GENESIS[:5] * 2, batch_size=4)
   assert all(np.array_equal(a, b) for a, b in zip(first, expected))
-  assert len(read) <= 16
+  # streamed: the two chunks decoded, the reader's queue of two more, the line it was putting when the caller
+  # left and at most the one it was reading then
+  assert len(read) <= (16 + 2 * 8 + 2 if stream else 16) and len(read) <= read_when_closed + 1
 
 
 def test_a_streamed_input_is_translated_as_its_lines_arrive(model_parts):
