@@ -152,3 +152,55 @@ def test_the_committed_notebooks_run_small_and_set_up_colab_the_same_way():
   assert len(setups) == 5 and len(set(setups.values())) == 1, 'the notebooks\' setup cells differ'
   setup = next(iter(setups.values()))
   assert "REPO_URL = ''  # @param" in setup and 'jax[tpu]' in setup and 'jax[cuda12]' in setup
+
+
+def test_the_notebook_runner_keeps_each_notebook_after_those_it_reuses(monkeypatch):
+  """notebooks/execute.py --jobs N (make notebooks): at most N at once, a notebook only after those whose run
+  directories it reuses (01 first, 05 after 02), and one that waits for a failed notebook is skipped, not run."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location('notebook_runner', REPO / 'notebooks' / 'execute.py')
+  runner = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(runner)
+  monkeypatch.setattr(runner.time, 'sleep', lambda seconds: None)
+  names = ['01_quickstart', '02_parallel_decoding', '03_ib_im_hrt', '04_clustered_projection',
+           '05_distillation_royalflush']
+
+  def simulate(jobs, seconds, failing=()):
+    """(start and end tick of every notebook run, most running at once, the runner's failed list)"""
+    clock, spans, running = [0], {}, []
+
+    class FakeNotebook:  # a notebook's process that ends `seconds[name]` polls after it starts
+      def __init__(self, command):
+        self.name = command[2]
+        self.returncode = None
+        spans[self.name] = [clock[0], None]
+        running.append(self)
+        peak[0] = max(peak[0], len(running))
+
+      def poll(self):
+        clock[0] += 1
+        if self.returncode is None and clock[0] - spans[self.name][0] >= seconds[self.name]:
+          self.returncode = 1 if self.name in failing else 0
+          spans[self.name][1] = clock[0]
+          running.remove(self)
+        return self.returncode
+    peak = [0]
+    monkeypatch.setattr(runner.subprocess, 'Popen', FakeNotebook)
+    args = argparse.Namespace(jobs=jobs, output_dir='unused', cell_timeout_s=1, inplace=False)
+    failed = runner.run_in_parallel(names, args)
+    return spans, peak[0], failed
+
+  seconds = dict(zip(names, (3, 2, 9, 3, 4)))
+  spans, peak, failed = simulate(2, seconds)
+  assert failed == [] and set(spans) == set(names) and peak == 2
+  for name in names[1:]:
+    assert spans[name][0] >= spans['01_quickstart'][1], name
+  assert spans['05_distillation_royalflush'][0] >= spans['02_parallel_decoding'][1]
+  spans, peak, failed = simulate(1, seconds)
+  assert failed == [] and peak == 1
+  spans, peak, failed = simulate(3, seconds, failing={'02_parallel_decoding'})
+  assert sorted(failed) == ['02_parallel_decoding', '05_distillation_royalflush']
+  assert '05_distillation_royalflush' not in spans and '04_clustered_projection' in spans
+  spans, peak, failed = simulate(2, seconds, failing={'01_quickstart'})
+  assert set(spans) == {'01_quickstart'} and sorted(failed) == sorted(names)
