@@ -349,6 +349,9 @@ def check_training_settings(config) -> None:
     what = 'no work directory' if not os.path.isdir(init_from) else 'a directory without checkpoints'
     raise FastmtError(f'config.init_from {init_from!r} is {what}: it names the train.py work directory whose '
                       'latest checkpoint (and vocabulary) fine-tuning starts from')
+  if init_from:  # its shape too, before anything is written (the run takes its vocabulary, so not vocab_size)
+    init_config = workdir_lib.load_model_config(init_from)
+    _check_fine_tunable(init_from, init_config, ModelConfig.from_config(config.model, init_config.vocab_size))
   corpus.training_split(config.dataset)  # a split reaching into validation or test is refused here
   decode_lib.check_bleu_tokenize(config.get('eval_bleu_tokenize', '13a'))
 
@@ -418,6 +421,21 @@ def _restore_newest_readable(manager, state, workdir: str, max_to_keep):
                     f'{str(error)[:200]}); nothing was renamed') from error
 
 
+def _check_fine_tunable(init_from: str, init_config: ModelConfig, model_config: ModelConfig) -> None:
+  """An error unless model_config is init_config, or it with what _initial_params fills in: a vocabulary grown
+  by reserved symbols, direction embeddings or relative position keys the initial model lacks."""
+  adds_directions = model_config.num_directions > 0 and init_config.num_directions == 0
+  adds_relative = model_config.relative_key_distance > 0 and init_config.relative_key_distance == 0
+  fillable = init_config.replace(vocab_size=model_config.vocab_size,
+                                 num_directions=model_config.num_directions if adds_directions
+                                 else init_config.num_directions,
+                                 relative_key_distance=model_config.relative_key_distance if adds_relative
+                                 else init_config.relative_key_distance)
+  if model_config.vocab_size < init_config.vocab_size or fillable != model_config:
+    diff = {k: (v, getattr(model_config, k)) for k, v in init_config.__dict__.items() if getattr(model_config, k) != v}
+    raise FastmtError(f'init_from {init_from} holds another model config; differing fields (there, here): {diff}')
+
+
 def _initial_params(init_from: str, model_config: ModelConfig):
   """The parameters of another work directory's latest checkpoint (fine-tuning: a fresh optimiser, step 0).
 
@@ -430,17 +448,10 @@ def _initial_params(init_from: str, model_config: ModelConfig):
   Every other difference is an error.
   """
   init_config = workdir_lib.load_model_config(init_from)
+  _check_fine_tunable(init_from, init_config, model_config)
   grown = model_config.vocab_size - init_config.vocab_size
   adds_directions = model_config.num_directions > 0 and init_config.num_directions == 0
   adds_relative = model_config.relative_key_distance > 0 and init_config.relative_key_distance == 0
-  fillable = init_config.replace(vocab_size=model_config.vocab_size,
-                                 num_directions=model_config.num_directions if adds_directions
-                                 else init_config.num_directions,
-                                 relative_key_distance=model_config.relative_key_distance if adds_relative
-                                 else init_config.relative_key_distance)
-  if grown < 0 or fillable != model_config:
-    diff = {k: (v, getattr(model_config, k)) for k, v in init_config.__dict__.items() if getattr(model_config, k) != v}
-    raise FastmtError(f'init_from {init_from} holds another model config; differing fields (there, here): {diff}')
   params, _ = workdir_lib.restore_params(init_from, init_config, 'latest')
   if grown:
     table = params['embed']['embedding']

@@ -305,6 +305,23 @@ def test_a_vocabulary_left_by_a_start_without_checkpoints_is_retrained_for_a_new
   assert pipeline.get_tokenizer(config, workdir, train).vocab_size == 280
 
 
+def test_a_vocabulary_copied_for_a_start_that_failed_is_not_kept_by_a_start_without_its_source(
+    tiny_config, trained_workdir, tmp_path, caplog):
+  """A start with init_from (or a teacher's distillation) copies that model's vocabulary; if it stops before
+  its first checkpoint and the work directory is started again without init_from, the copy is another model's,
+  not this config's: trained anew (with a warning naming where it came from), as a leftover of another corpus is."""
+  from fastmt.data import pipeline  # pylint: disable=g-import-not-at-top
+  train = corpus.ParallelText(corpus.read_lines(str(DATA / 'genesis.en')), corpus.read_lines(str(DATA / 'genesis.de')))
+  config = tiny_config.copy_and_resolve_references()
+  config.init_from = trained_workdir
+  workdir = str(tmp_path)
+  copied = pipeline.get_tokenizer(config, workdir, train)
+  config.init_from = ''
+  config.vocab_size = copied.vocab_size - 20
+  assert pipeline.get_tokenizer(config, workdir, train).vocab_size == config.vocab_size
+  assert 'copied from ' + os.path.join(trained_workdir, 'spm.model') in caplog.text
+
+
 def test_training_text_the_vocabulary_cannot_spell_is_warned_of(tokenizer, tiny_config, caplog):
   """A vocabulary inherited through init_from (or a teacher's) that lacks the corpus's script used to train
   the model on <unk> without a word."""

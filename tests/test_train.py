@@ -283,6 +283,22 @@ def test_bad_rates_and_a_missing_initial_model_are_refused_before_anything_is_wr
       train_lib.train_and_evaluate(bad, str(tmp_path / 'run'))
 
 
+def test_an_initial_model_of_another_shape_is_refused_before_anything_is_written(tiny_config, trained_workdir,
+                                                                                   tmp_path):
+  """init_from of another architecture was refused only after the work directory held the initial model's
+  vocabulary, configs and checkpoint folders, so that the next start without init_from trained on that
+  vocabulary without a word (tests/test_data.py: it now trains its own)."""
+  bad = tiny_config.copy_and_resolve_references()
+  bad.init_from = trained_workdir
+  bad.model.mlp_dim = bad.model.mlp_dim * 2
+  with pytest.raises(FastmtError, match='holds another model config.*mlp_dim'):
+    train_lib.train_and_evaluate(bad, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+  fine = tiny_config.copy_and_resolve_references()
+  fine.init_from = trained_workdir
+  train_lib.check_training_settings(fine)  # the same shape passes
+
+
 def test_settings_that_always_worked_still_pass_the_checks(tiny_config):
   """max_checkpoints_to_keep=None is orbax's 'keep every checkpoint'; a cool-down over the whole run is a
   schedule like any other."""

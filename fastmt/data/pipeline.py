@@ -39,6 +39,7 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
     if not os.path.exists(path):
       os.makedirs(workdir, exist_ok=True)
       added = extend_with_reserved(init_spm, path)  # a vocabulary from before the reservation gains them
+      _write_vocabulary_record(workdir, {'copied_from': os.path.abspath(init_spm)})
       if added:
         logging.warning('%s predates fastmt\'s reserved symbols: %d appended to the copy in %s (ids from %d; '
                         'the embedding table grows by as many rows)', init_spm, len(added), workdir,
@@ -50,29 +51,40 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
     if not os.path.exists(path):
       os.makedirs(workdir, exist_ok=True)
       added = extend_with_reserved(teacher_spm, path)  # as for init_from: a student may train any objective
+      _write_vocabulary_record(workdir, {'copied_from': os.path.abspath(teacher_spm)})
       if added:
         logging.warning('%s predates fastmt\'s reserved symbols: %d appended to the student\'s copy in %s',
                         teacher_spm, len(added), workdir)
   record = _vocabulary_record(config)
   record_path = os.path.join(workdir, VOCABULARY_RECORD)
   if os.path.exists(path):
-    if init_from or distilled_dir or has_checkpoints(workdir) or _read_json(record_path) in (None, record):
+    earlier = _read_json(record_path)
+    if init_from or distilled_dir or has_checkpoints(workdir) or earlier in (None, record):
       return Tokenizer(path)  # a resumed run keeps its vocabulary (train_lib warns when the corpus changed)
-    # Left by a run that stopped before its first checkpoint (a bad validation split, Ctrl-C): nothing was
-    # trained on it, and it was made for another corpus or size. Reusing it would spell the new text with the
-    # old pieces (a new script as <unk>) without a word.
-    logging.warning('%s was trained by an earlier start of this work directory that saved no checkpoint, for '
-                    'another corpus or vocab_size: training the vocabulary again for this config', path)
+    # Left by a run that stopped before its first checkpoint (a bad validation split, a refused init_from,
+    # Ctrl-C): nothing was trained on it, and it was made for another corpus or size, or copied from another
+    # model. Reusing it would spell the new text with the old pieces (a new script as <unk>) without a word.
+    made = (f'copied from {earlier["copied_from"]}' if isinstance(earlier, dict) and 'copied_from' in earlier
+            else 'trained for another corpus or vocab_size')
+    logging.warning('%s was left by an earlier start of this work directory that saved no checkpoint (%s): '
+                    'training the vocabulary again for this config', path, made)
   tokenizer = train_tokenizer(train.sources + train.targets, path, config.vocab_size, seed=config.seed,
                               user_symbols=RESERVED_SYMBOLS + tuple(corpus.language_tags(config.dataset)),
                               character_coverage=config.get('vocab_character_coverage', 1.0))
+  _write_vocabulary_record(workdir, record)
+  return tokenizer
+
+
+def _write_vocabulary_record(workdir: str, record: dict) -> None:
+  """workdir/vocabulary.json: what its spm.model was trained for (_vocabulary_record), or the vocabulary it was
+  copied from ({'copied_from': path}: a run that starts again without init_from or distilled_dir, before any
+  checkpoint, then trains its own instead of keeping another model's)."""
   # A temporary file of its own: every host of a multi-host run gets here, perhaps in one shared directory.
   handle, temporary = tempfile.mkstemp(dir=workdir, prefix=VOCABULARY_RECORD + '.')
   with os.fdopen(handle, 'w', encoding='utf-8') as f:
     json.dump(record, f, indent=2)
   os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from a shared directory's other users
-  os.replace(temporary, record_path)
-  return tokenizer
+  os.replace(temporary, os.path.join(workdir, VOCABULARY_RECORD))
 
 
 UNKNOWN_WARNING_FRACTION = 0.01  # of the training tokens: a few rare characters are normal, more is a mismatch
