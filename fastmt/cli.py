@@ -82,6 +82,9 @@ def exit_on_user_error(main):
       return result
     except FastmtError as e:
       sys.exit(f'{tool_name()}: error: {e}')
+    except KeyboardInterrupt:  # Ctrl-C: a person's choice, not a bug (the output files are left as they were)
+      print(f'{tool_name()}: interrupted', file=sys.stderr)
+      sys.exit(128 + signal.SIGINT)
     except BrokenPipeError:
       # The reader went away (`decode.py ... | head -1`): stop quietly, as a tool killed by SIGPIPE does.
       # stdout is pointed at /dev/null so that the interpreter's last flush raises nothing more.
@@ -92,6 +95,21 @@ def exit_on_user_error(main):
         raise
       sys.exit(f'{tool_name()}: error: {e}')
   return wrapped
+
+
+def _exit_on(signum, frame):
+  del frame
+  raise SystemExit(128 + signum)
+
+
+def exit_cleanly_on_termination() -> None:
+  """SIGTERM and SIGHUP (kill, timeout, a batch scheduler, a closed terminal) end the tool with an exception
+  where they used to end the process at once: the cleanups run as for an error or Ctrl-C (an unfinished output
+  file's temporary copy is removed, the training lock let go), and the exit status is the signal's (128 + N).
+  A signal this process was started ignoring (nohup's SIGHUP) stays ignored."""
+  for signum in (signal.SIGTERM, signal.SIGHUP):
+    if signal.getsignal(signum) == signal.SIG_DFL:
+      signal.signal(signum, _exit_on)
 
 
 def check_output_directory(path: str, flag: str) -> None:
@@ -124,4 +142,5 @@ def run(main, define_flags=None, required=()):
       flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
   for name in required:
     flags.mark_flag_as_required(name)
+  exit_cleanly_on_termination()
   app.run(exit_on_user_error(main), flags_parser=parse_flags_or_exit)

@@ -8,8 +8,10 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import types
 
 import jax
@@ -251,6 +253,31 @@ def test_decode_cli_reads_stdin_and_writes_stdout_in_order(trained_workdir):
   assert len(lines) == 4 and lines[1] == '' and lines[3] == ''
 
 
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT])
+def test_decode_cli_stopped_by_a_signal_leaves_the_output_file_as_it_was(trained_workdir, tmp_path, signum):
+  """kill / timeout / a scheduler (SIGTERM) and Ctrl-C (SIGINT) while a stream is being translated: the old
+  output file is kept, the temporary file beside it removed (SIGTERM used to leave it), no traceback."""
+  hyp = tmp_path / 'hyp.de'
+  hyp.write_text('kept\n', encoding='utf-8')
+  process = subprocess.Popen([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--input',
+                              '-', '--output', str(hyp), '--noprogress'], stdin=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=REPO)
+  process.stdin.write('God\n')
+  process.stdin.flush()  # stdin stays open: the translator waits for more, its first line written and flushed
+  partial = []
+  for _ in range(1200):
+    partial = [p for p in tmp_path.iterdir() if p.name.endswith('.partial') and p.stat().st_size > 0]
+    if partial or process.poll() is not None:
+      break
+    time.sleep(0.1)
+  assert partial, 'the first translation was never written'
+  process.send_signal(signum)
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == 128 + signum, stderr
+  assert 'Traceback' not in stderr
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['hyp.de'] and hyp.read_text(encoding='utf-8') == 'kept\n'
+
+
 def test_decode_cli_as_the_readme_runs_it_stdin_and_stdout_redirected_to_files(trained_workdir, tmp_path):
   """`decode.py --workdir w < src.en > hyp.de`: stdin and stdout are two regular files, not one."""
   src, hyp = tmp_path / 'src.en', tmp_path / 'hyp.de'
@@ -393,7 +420,8 @@ def test_the_spec_cost_script_times_every_part_and_both_decoders(trained_float_p
   spec.loader.exec_module(script)
   row = script.width_report(*trained_float_parts, texts=['In the beginning', 'And God said'], width=3, calls=4,
                             repeats=1)
-  assert set(row['ms_per_call']) == {'step', 'verify', 'draft', 'both'}
+  assert set(row['ms_per_call']) == {'step', 'verify', 'draft', 'both', 'overlap'}
+  assert np.isfinite(row['overlap_over_sum'])
   assert row['iterations_per_sentence']['spec'] < row['iterations_per_sentence']['greedy']
   # timings only: on a loaded machine a difference of two of them may have either sign
   assert row['ms_per_sentence']['greedy'] > 0 and np.isfinite(row['loop_model_ms'])
@@ -716,7 +744,9 @@ def test_ddgviz_refuses_what_it_cannot_draw_before_the_model_loads(tmp_path):
   src = tmp_path / 'src.txt'
   src.write_text('God\n', encoding='utf-8')
   for flags, message in ((['--algorithm', 'beam'], 'no Jacobi iterations to draw'),
-                         (['--ddgviz_sentences', '-1'], '--ddgviz_sentences must be >= 0')):
+                         (['--ddgviz_sentences', '-1'], '--ddgviz_sentences must be >= 0'),
+                         (['--output', str(tmp_path / 'viz')], 'is also --output'),  # was a traceback, after
+                         (['--metrics_json', str(tmp_path / 'viz')], 'is also --metrics_json')):  # translating
     result = decode_cli(['--workdir', str(tmp_path / 'no_model'), '--input', str(src), '--output', '-',
                          '--ddgviz', str(tmp_path / 'viz'), *flags])
     assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr

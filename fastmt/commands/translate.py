@@ -175,6 +175,10 @@ def main(argv):
     if FLAGS.ddgviz_sentences < 0:
       raise FastmtError(f'--ddgviz_sentences must be >= 0, got {FLAGS.ddgviz_sentences}')
     cli.check_output_directory(FLAGS.ddgviz, '--ddgviz')
+    for path, flag in ((FLAGS.output, '--output'), (FLAGS.metrics_json, '--metrics_json')):
+      if path and path != '-' and os.path.realpath(path) == os.path.realpath(FLAGS.ddgviz):
+        raise FastmtError(f'--ddgviz {FLAGS.ddgviz!r} is also {flag}: a directory of drawings cannot be that file; '
+                          'choose another directory')
     from fastmt import ddgviz  # pylint: disable=g-import-not-at-top
     if ddgviz.drawn_settings(settings).algorithm != settings.algorithm:
       logging.warning('--ddgviz: --algorithm %s is drawn as %s with --block_size %d (the same output)',
