@@ -14,6 +14,10 @@ rounds, the median per sentence averaged over the sentences:
   verify   W-wide calls of the float model
   draft    draft_autoregressive's W - 1 int8 calls
   both     draft then verify: a whole iteration
+  overlap  draft and verify with no data dependence between them (each fed its own previous output): whether
+           XLA runs the two models' calls of one iteration at once, as drafting the next window while the
+           current one is verified (parallel speculative decoding) would need; overlap / (draft + verify) near
+           1 says it runs them one after the other
 and, per sentence in the same rotation, the whole decoders as fastmt.bench runs them (their compiled
 executables, encoder and every per-sentence cost included):
   greedy   the float model's greedy decoding
@@ -44,7 +48,7 @@ from fastmt.decoding import draft_model
 from fastmt.decoding.step import best_tokens, causal_window_mask
 
 FLAGS = flags.FLAGS
-PARTS = ('none', 'step', 'verify', 'draft', 'both')
+PARTS = ('none', 'step', 'verify', 'draft', 'both', 'overlap')
 
 
 def part_loop(params, output_projection, drafter, source, *, config, settings, part: str, calls: int):
@@ -61,26 +65,29 @@ def part_loop(params, output_projection, drafter, source, *, config, settings, p
   tokens = jnp.ones((1, max_len + width + 1), jnp.int32)
 
   def body(i, carry):
-    token, cache, draft_cache = carry
+    token, draft_token, cache, draft_cache = carry
     at = jnp.reshape(i % (max_len - width + 1), (1,)).astype(jnp.int32)  # a committed length in 0 .. cap - W
-    if part in ('draft', 'both'):
-      drafts, draft_cache = draft_model.draft_autoregressive(int8, draft_cache, tokens.at[:, at[0]].set(token[0]),
-                                                             at, width)
-      token = drafts[:, -1]
+    if part in ('draft', 'both', 'overlap'):
+      drafts, draft_cache = draft_model.draft_autoregressive(
+          int8, draft_cache, tokens.at[:, at[0]].set(draft_token[0]), at, width)
+      draft_token = drafts[:, -1]
+      if part != 'overlap':  # overlap: the verification below does not wait for these drafts
+        token = draft_token
     if part == 'step':
       logits, cache = step_fn(token[:, None], at[:, None], causal_window_mask(at, 1, cache_length), cache, at)
       token = best_tokens(logits[:, 0])
-    if part in ('verify', 'both'):
+    if part in ('verify', 'both', 'overlap'):
       window = jnp.broadcast_to(token[:, None], (1, width))
       positions = at[:, None] + jnp.arange(width)[None, :]
       logits, cache = step_fn(window, positions, causal_window_mask(at, width, cache_length), cache, at)
       token = jnp.max(best_tokens(logits), axis=1)  # every position's argmax is used, as the commit rule does
-    return token, cache, draft_cache
+    return token, draft_token, cache, draft_cache
 
   if part == 'none':  # the float encoder and cross-attention keys/values alone
     return sum(jnp.sum(leaf) for leaf in jax.tree_util.tree_leaves(memory))
-  start = (jnp.full((1,), EOS_ID + 1, jnp.int32), cache, int8.cache)
-  return jax.lax.fori_loop(0, calls, body, start)[0]
+  first = jnp.full((1,), EOS_ID + 1, jnp.int32)
+  token, draft_token, _, _ = jax.lax.fori_loop(0, calls, body, (first, first, cache, int8.cache))
+  return token + draft_token  # both chains' outputs are used, so neither is left out of the program
 
 
 def width_report(config, params, tokenizer, texts, width: int, calls: int, repeats: int,
@@ -118,7 +125,8 @@ def width_report(config, params, tokenizer, texts, width: int, calls: int, repea
   other = ms['greedy'] - ms['none'] - per_sentence['greedy'] * per_call['step']
   return {'width': width, 'sentences': len(texts), 'calls_per_loop': calls,
           'ms_per_call': per_call, 'encoders_ms': ms['none'],
-          'over_step': {part: per_call[part] / per_call['step'] for part in ('verify', 'draft', 'both')},
+          'over_step': {part: per_call[part] / per_call['step'] for part in ('verify', 'draft', 'both', 'overlap')},
+          'overlap_over_sum': per_call['overlap'] / (per_call['verify'] + per_call['draft']),
           'tokens_per_step': per_call['both'] / per_call['step'],
           'iterations_per_sentence': per_sentence,
           'ms_per_sentence': {'greedy': ms['greedy'], 'spec': ms['spec']},
@@ -142,7 +150,8 @@ def main(argv):
     calls = ', '.join(f'{part} {ms:.3f}' for part, ms in row['ms_per_call'].items())
     print(f"W = {row['width']}: ms per call: {calls}; over a step: verify {row['over_step']['verify']:.2f}, "
           f"draft {row['over_step']['draft']:.2f}, iteration {row['over_step']['both']:.2f} (tokens per call "
-          f"needed to match greedy: {row['tokens_per_step']:.2f})")
+          f"needed to match greedy: {row['tokens_per_step']:.2f}); independent draft and verify "
+          f"{row['over_step']['overlap']:.2f}, {row['overlap_over_sum']:.2f}x their sum")
     ms, iterations = row['ms_per_sentence'], row['iterations_per_sentence']['spec']
     print(f"  per sentence: greedy {ms['greedy']:.2f} ms, spec {ms['spec']:.2f} ms ({iterations:.2f} iterations; "
           f"{row['speedup_measured']:.3f}x greedy); the loop model's spec {row['loop_model_ms']:.2f} ms")
