@@ -32,6 +32,13 @@ class ModelConfig:
   quantization: str = ''
 
   def __post_init__(self):
+    for name in ('vocab_size', 'emb_dim', 'num_heads', 'mlp_dim', 'num_encoder_layers', 'num_decoder_layers',
+                 'max_length'):
+      value = getattr(self, name)
+      lowest = 2 if name == 'max_length' else 1  # a token and EOS
+      if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lowest:
+        raise FastmtError(f'{name} must be a whole number >= {lowest}, got {value!r}')
+      object.__setattr__(self, name, int(value))  # a numpy int: JSON-able
     if self.emb_dim % self.num_heads or self.emb_dim % 2:
       raise FastmtError(f'emb_dim {self.emb_dim} must be even and divisible by num_heads {self.num_heads}')
     if self.num_directions < 0:
@@ -87,7 +94,14 @@ class ModelConfig:
     if unknown:
       raise FastmtError(f'{name} has keys this version of fastmt does not know: {unknown} (written by a newer '
                         'version?)')
-    return cls(**values)
+    missing = sorted(f.name for f in dataclasses.fields(cls)
+                     if f.name not in values and f.default is dataclasses.MISSING)
+    if missing:
+      raise FastmtError(f'{name} lacks {missing}: the work directory is damaged')
+    try:
+      return cls(**values)
+    except FastmtError as e:
+      raise FastmtError(f'{name}: {e} (the work directory is damaged?)') from None
 
   def replace(self, **changes) -> 'ModelConfig':
     return dataclasses.replace(self, **changes)

@@ -20,6 +20,7 @@ cap is counted.
 import contextlib
 import dataclasses
 import functools
+import heapq
 import itertools
 import logging
 import math
@@ -558,11 +559,17 @@ class Translator:
 
     recent: [int32 [ngram_memory]] (a one-item list, updated in place after every batch) where the decoder
     drafts from earlier outputs, else None. lines_at_cap: the input line numbers of outputs at the cap are
-    added to it (the first _LINES_AT_CAP_NAMED of the call), for the warning; every_line_at_cap: all of them.
+    kept in it (the first _LINES_AT_CAP_NAMED of the input so far), for the warning; every_line_at_cap: all of them.
     """
     for i, t in enumerate(texts):
       if not isinstance(t, str):
         raise FastmtError(f'input {first_line + i}: a line to translate must be a str, got {type(t).__name__}')
+      try:
+        t.encode('utf-8')
+      except UnicodeEncodeError as e:  # else the tokenizer's own error, naming no line
+        raise FastmtError(f'input {first_line + i}: not valid Unicode text ({t[e.start]!r} at character {e.start}, '
+                          'a lone surrogate: bytes read with errors="surrogateescape"?); read the text with '
+                          'errors="replace" to translate it with U+FFFD in place of what is not UTF-8') from None
     nonempty, rows, unreadable = self._decodable_rows(texts)
     source_ids = self._with_eos(rows, stats, [first_line + i for i in nonempty])
     stats.sentences += len(texts)
@@ -587,8 +594,8 @@ class Translator:
       at_cap = ~(tokens == EOS_ID).any(-1)
       stats.outputs_at_cap += int(at_cap.sum())
       cut_lines = sorted(first_line + nonempty[i] for i, cut in zip(indices, at_cap) if cut)
-      if lines_at_cap is not None and len(lines_at_cap) < _LINES_AT_CAP_NAMED:
-        lines_at_cap.extend(cut_lines[:_LINES_AT_CAP_NAMED - len(lines_at_cap)])
+      if lines_at_cap is not None:  # the first lines of the input, not of the batches (sorted by length)
+        lines_at_cap[:] = heapq.nsmallest(_LINES_AT_CAP_NAMED, lines_at_cap + cut_lines)
       if every_line_at_cap is not None:
         every_line_at_cap.extend(cut_lines)
       stats.output_tokens += int(((tokens != PAD_ID) & (tokens != EOS_ID)).sum())

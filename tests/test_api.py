@@ -113,6 +113,8 @@ def test_bad_lines_and_settings_are_fastmt_errors_and_translate_reports_its_coun
   model = fastmt.load(trained_workdir)
   for texts, message in (([SENTENCES[0], None], 'input 2: .* must be a str, got NoneType'),
                          ([SENTENCES[0], b'God'], 'input 2: .* got bytes'),
+                         ([SENTENCES[0], 'Jesus \udcff wept.'], 'input 2: not valid Unicode .* character 6'),
+                         (['\ud800'], 'input 1: not valid Unicode'),  # a tokenizer traceback / an empty line
                          (None, 'a str or an iterable of str'), (b'God', 'not bytes'), (5, 'got int'),
                          (np.array('God'), '0-d array: pass array.item')):
     with pytest.raises(FastmtError, match=message):
@@ -144,7 +146,10 @@ def test_a_damaged_work_directory_or_checkpoint_name_is_a_fastmt_error(trained_w
   shutil.copytree(trained_workdir, workdir, ignore=shutil.ignore_patterns('checkpoints', 'best_checkpoint'))
   config = json.loads((workdir / 'model_config.json').read_text())
   for text, message in ((json.dumps({**config, 'new_field': 1}), 'does not know.*new_field'),
-                        ('', 'not valid JSON'), ('[]', 'not an object')):
+                        ('', 'not valid JSON'), ('[]', 'not an object'),
+                        (json.dumps({'emb_dim': 128}), "lacks \\['vocab_size'\\]"),  # were TypeError tracebacks
+                        (json.dumps({**config, 'emb_dim': 'x'}), "model_config.json: emb_dim must be a whole number"),
+                        (json.dumps({**config, 'num_heads': 2.5}), 'num_heads must be a whole number')):
     (workdir / 'model_config.json').write_text(text)
     with pytest.raises(FastmtError, match=message):
       fastmt.load(str(workdir))
