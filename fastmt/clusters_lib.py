@@ -41,8 +41,10 @@ def fingerprint(model_config, tokenizer, params) -> str:
 
 def record_states(translator: Translator, sources, top_k: int, batch_size: int = 32):
   """Decoder hidden states [N, E] and their top-K tokens [N, K] at every greedy output position."""
-  sources = [s for s in sources if s.strip()]
-  outputs, _ = translator.translate_ids(sources, batch_size)
+  sources = list(sources)
+  outputs, _ = translator.translate_ids(sources, batch_size)  # all of them: its warnings name the input's lines
+  kept = [i for i, s in enumerate(sources) if s.strip()]
+  sources, outputs = [sources[i] for i in kept], [outputs[i] for i in kept]
   source_ids = translator.encode_sources(sources, translate.TranslationStats())
   model = models.Transformer(translator.config)
 

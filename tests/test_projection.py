@@ -140,3 +140,19 @@ def test_the_reduced_width_always_holds_the_union():
     on[tokens] = True
     np.testing.assert_allclose(logits[:, on], dense[:, on], rtol=1e-5, atol=1e-5)
     assert (logits[:, ~on] == NEG_INF).all(), count
+
+
+def test_recording_states_skips_blank_lines_but_its_warnings_name_the_input_lines(trained_workdir, caplog):
+  """fastmt-clusters' input with blank lines: the states are those of the other lines, and the output-cap
+  warning names lines of the input as given (it named them as if the blank lines were not there)."""
+  sources = open(DATA / 'genesis.en', encoding='utf-8').read().splitlines()[:3]
+  model_config = workdir_lib.load_model_config(trained_workdir)
+  params, _ = workdir_lib.restore_params(trained_workdir, model_config)
+  tokenizer = workdir_lib.load_tokenizer(trained_workdir)
+  capped = Translator(model_config, params, tokenizer, DecodeSettings(output_length_ratio=0.01))  # all at the cap
+  hidden, top = clusters_lib.record_states(capped, sources, top_k=2)
+  caplog.clear()
+  with_blanks, top_with_blanks = clusters_lib.record_states(capped, ['', sources[0], '  ', *sources[1:]], top_k=2)
+  np.testing.assert_array_equal(with_blanks, hidden)
+  np.testing.assert_array_equal(top_with_blanks, top)
+  assert '(input lines 2, 4, 5)' in caplog.text

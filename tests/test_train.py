@@ -263,14 +263,16 @@ def test_training_counts_are_checked_before_anything_is_written(tiny_config, tmp
     ('cooldown_fraction', 1.5, 'config.cooldown_fraction must be at most 1'),
     ('model.dropout_rate', 1.5, 'dropout_rate must be a number in \\[0, 1\\)'),
     ('init_from', '/nonexistent/run', "config.init_from '/nonexistent/run' is no work directory"),
+    ('dataset.name', 'bible/en_xx', "unknown Bible pair 'en_xx'"),  # left the directory and its lock
+    ('dataset.name', 'wmt14', "Unknown dataset.name 'wmt14'"),
 ])
 def test_bad_rates_and_a_missing_initial_model_are_refused_before_anything_is_written(tiny_config, tmp_path, key,
                                                                                       value, message):
   """dropout_rate=1.5 trained (flax zeroes every activation) and a negative learning rate trained away from the
   data without a word; a missing init_from was a FileNotFoundError traceback from the tokenizer."""
   bad = tiny_config.copy_and_resolve_references()
-  if key.startswith('model.'):
-    bad.model[key[len('model.'):]] = value
+  if key.startswith(('model.', 'dataset.')):
+    bad[key.split('.')[0]][key.split('.')[1]] = value
   else:
     bad[key] = value
   with pytest.raises(FastmtError, match=message):

@@ -551,6 +551,11 @@ def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):
   caplog.clear()  # a second call adding to the same stats warns of its own lines only
   translator.translate_ids([texts[at_cap[-1] - 1]], batch_size=2, stats=stats)  # a line that reached the cap
   assert '1 output reached the output cap without EOS (input line 1)' in caplog.text
+  caplog.clear()  # more than 10: the first 10 of the input, not those of the batches decoded first (the shortest)
+  many = [texts[4]] * 12 + [texts[1]] * 12
+  ids, _ = translator.translate_ids(many, batch_size=4)
+  assert all(len(out) == 9 for out in ids)
+  assert '(input lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ...)' in caplog.text
 
 
 def test_decode_cli_blank_and_huge_lines_keep_their_places(trained_workdir, tmp_path):

@@ -123,11 +123,8 @@ def load_split(dataset_config, split: str) -> ParallelText:
   if not all(part in SPLITS for part in parts):
     raise FastmtError(f'unknown split {split!r}: expected one of {", ".join(SPLITS)}'
                       + ('' if name == 'text' else " (or a tfds split string such as 'test[:200]')"))
+  check_dataset_name(dataset_config)
   directions = bible_directions(dataset_config)
-  for direction in directions or ([name.split('/', 1)[1]] if name.startswith('bible/') else []):
-    if direction not in bible.PAIRS:
-      raise FastmtError(f'unknown Bible pair {direction!r} in dataset.name {name!r}: the built-in pairs are '
-                        f'{", ".join(bible.PAIRS)}')
   if directions:
     parts = [_load_tfds(bible.Bible(config=d, data_dir=_data_dir(dataset_config)), split, 'source', 'target')
              for d in directions]
@@ -148,13 +145,25 @@ def load_split(dataset_config, split: str) -> ParallelText:
     if dataset_config.get('reverse', False):
       source_key, target_key = target_key, source_key
     return _load_tfds(builder, split, source_key, target_key)
-  raise FastmtError(f"Unknown dataset.name {name!r}: expected 'bible/<pair>', 'text' or 'tfds:<builder>'")
+  raise AssertionError(name)  # check_dataset_name refused it
+
+
+def check_dataset_name(dataset_config) -> None:
+  """An unknown kind of dataset.name or Bible pair is an error here, before anything is loaded or written."""
+  name = dataset_config.name
+  if not isinstance(name, str) or not (name == 'text' or name.startswith(('bible/', 'tfds:'))):
+    raise FastmtError(f"Unknown dataset.name {name!r}: expected 'bible/<pair>', 'text' or 'tfds:<builder>'")
+  for direction in bible_directions(dataset_config) or ([name.split('/', 1)[1]] if name.startswith('bible/') else []):
+    if direction not in bible.PAIRS:
+      raise FastmtError(f'unknown Bible pair {direction!r} in dataset.name {name!r}: the built-in pairs are '
+                        f'{", ".join(bible.PAIRS)}')
 
 
 def training_split(dataset_config) -> str:
   """The split a model trains on: config.dataset.train_split, 'train' or a tfds slice of it ('train[:8000]',
   'train[:10%]') for a quicker run on part of the data. Its vocabulary, bigram drafts and clusters come from the
   same part. Anything that reaches into validation or test is refused: those are what the model is scored on."""
+  check_dataset_name(dataset_config)
   return check_training_split(dataset_config.get('train_split', 'train') or 'train', dataset_config.name)
 
 
