@@ -216,8 +216,12 @@ def restore_params(workdir: str, model_config: ModelConfig | None = None, checkp
   try:
     restored = _restore_on_this_device(manager.directory, step)  # the stored tree: checked below
   except Exception as e:  # orbax raises many types for a damaged step; the user needs to know which step
-    raise FastmtError(f'Checkpoint step {step} in {directory} cannot be read ({type(e).__name__}: '
-                      f'{str(e).splitlines()[0] if str(e) else ""}); is it damaged? Try another --checkpoint') from e
+    # The first line of orbax's message, without TensorStore's appendix (the repr of a bound method)
+    reason = (str(e).splitlines() or [''])[0].split(' See full TensorStore details')[0]
+    raise FastmtError(f'Checkpoint step {step} in {directory} cannot be read ({type(e).__name__}: {reason}); is it '
+                      'damaged? Try another --checkpoint') from e
+  finally:
+    manager.close()  # its background threads end here, not as the interpreter exits (tracebacks then)
   params = restored.get('params') if isinstance(restored, dict) else None
   abstract = abstract_params(model_config)
   expected = jax.tree_util.tree_map(lambda x: x.shape, abstract)

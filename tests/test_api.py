@@ -179,3 +179,19 @@ def test_a_checkpoint_with_nan_weights_is_refused_not_translated_to_empty_lines(
   with pytest.raises(FastmtError, match=f'step {step + 1} .* NaN or Inf weights in 1 array'):
     fastmt.load(str(workdir))
   assert fastmt.load(str(workdir), checkpoint=step).step == step  # the step before it still loads
+
+
+def test_a_damaged_checkpoint_file_is_one_clean_line(trained_workdir, tmp_path):
+  """A data file of the step cut short: FastmtError naming the step, without TensorStore's appendix (the repr
+  of a bound method) that orbax's message carried."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'copy'
+  shutil.copytree(trained_workdir, workdir)
+  step = max(int(p.name) for p in (workdir / workdir_lib.CHECKPOINT_DIR).iterdir() if p.name.isdigit())
+  data = [p for p in (workdir / workdir_lib.CHECKPOINT_DIR / str(step)).rglob('*') if p.is_file() and '/d/' in str(p)]
+  biggest = max(data, key=lambda p: p.stat().st_size)
+  biggest.write_bytes(biggest.read_bytes()[:1000])
+  with pytest.raises(FastmtError, match=f'Checkpoint step {step} .* cannot be read') as error:
+    workdir_lib.restore_params(str(workdir))
+  assert 'bound method' not in str(error.value) and 'TensorStore details' not in str(error.value)
