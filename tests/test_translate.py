@@ -261,7 +261,9 @@ def test_decode_cli_stopped_by_a_signal_leaves_the_output_file_as_it_was(trained
   hyp.write_text('kept\n', encoding='utf-8')
   process = subprocess.Popen([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--input',
                               '-', '--output', str(hyp), '--noprogress'], stdin=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, cwd=REPO)
+                             stderr=subprocess.PIPE, text=True, cwd=REPO,
+                             # as from a shell: a pytest-xdist worker ignores SIGINT, and its children would too
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   process.stdin.write('God\n')
   process.stdin.flush()  # stdin stays open: the translator waits for more, its first line written and flushed
   partial = []
