@@ -421,9 +421,10 @@ def _restore_newest_readable(manager, state, workdir: str, max_to_keep):
                     f'{str(error)[:200]}); nothing was renamed') from error
 
 
-def _check_fine_tunable(init_from: str, init_config: ModelConfig, model_config: ModelConfig) -> None:
+def _check_fine_tunable(init_from: str, init_config: ModelConfig, model_config: ModelConfig) -> tuple[bool, bool]:
   """An error unless model_config is init_config, or it with what _initial_params fills in: a vocabulary grown
-  by reserved symbols, direction embeddings or relative position keys the initial model lacks."""
+  by reserved symbols, direction embeddings or relative position keys the initial model lacks. Returns whether
+  it adds (direction embeddings, relative position keys)."""
   adds_directions = model_config.num_directions > 0 and init_config.num_directions == 0
   adds_relative = model_config.relative_key_distance > 0 and init_config.relative_key_distance == 0
   fillable = init_config.replace(vocab_size=model_config.vocab_size,
@@ -434,6 +435,7 @@ def _check_fine_tunable(init_from: str, init_config: ModelConfig, model_config: 
   if model_config.vocab_size < init_config.vocab_size or fillable != model_config:
     diff = {k: (v, getattr(model_config, k)) for k, v in init_config.__dict__.items() if getattr(model_config, k) != v}
     raise FastmtError(f'init_from {init_from} holds another model config; differing fields (there, here): {diff}')
+  return adds_directions, adds_relative
 
 
 def _initial_params(init_from: str, model_config: ModelConfig):
@@ -448,10 +450,8 @@ def _initial_params(init_from: str, model_config: ModelConfig):
   Every other difference is an error.
   """
   init_config = workdir_lib.load_model_config(init_from)
-  _check_fine_tunable(init_from, init_config, model_config)
+  adds_directions, adds_relative = _check_fine_tunable(init_from, init_config, model_config)
   grown = model_config.vocab_size - init_config.vocab_size
-  adds_directions = model_config.num_directions > 0 and init_config.num_directions == 0
-  adds_relative = model_config.relative_key_distance > 0 and init_config.relative_key_distance == 0
   params, _ = workdir_lib.restore_params(init_from, init_config, 'latest')
   if grown:
     table = params['embed']['embedding']
