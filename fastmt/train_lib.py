@@ -251,7 +251,11 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
 
   state = jax.device_put(initial_state(model_config, config), replicated)
   manager = workdir_lib.checkpoint_manager(workdir, config.max_checkpoints_to_keep)
-  best_manager = workdir_lib.checkpoint_manager(workdir, best=True) if config.get('keep_best_checkpoint') else None
+  keep_best = config.get('keep_best_checkpoint') and config.get('eval_bleu_sentences')
+  if config.get('keep_best_checkpoint') and not keep_best:  # the RoyalFlush configs keep one by default
+    logging.warning('No best checkpoint is kept: config.keep_best_checkpoint chooses by validation BLEU, which '
+                    'config.eval_bleu_sentences=0 does not compute (decode the latest checkpoint)')
+  best_manager = workdir_lib.checkpoint_manager(workdir, best=True) if keep_best else None
   if manager.all_steps():
     state, manager = _restore_newest_readable(manager, state, workdir, config.max_checkpoints_to_keep)
     print(f'Resumed from step {int(state.step)} of {workdir}', file=sys.stderr)
@@ -344,6 +348,18 @@ def check_training_settings(config) -> None:
     raise FastmtError(f'config.label_smoothing must be below 1, got {config.get("label_smoothing")!r}')
   if (config.get('cooldown_fraction') or 0) > 1:  # 1: warm-up, then a linear decay over the whole run
     raise FastmtError(f'config.cooldown_fraction must be at most 1, got {config.get("cooldown_fraction")!r}')
+  # Validation BLEU's sentences: a negative count sliced the split from its end (all but the last N).
+  eval_bleu_sentences = config.get('eval_bleu_sentences', 0)
+  if not is_whole_number(eval_bleu_sentences) or eval_bleu_sentences < 0:
+    raise FastmtError(f'config.eval_bleu_sentences must be a whole number >= 0 (0: validation loss only), got '
+                      f'{eval_bleu_sentences!r}')
+  # The training buckets' padded lengths (a bucket of 0 divided by zero, a fraction failed the batch plan,
+  # both after the vocabulary had been trained and written).
+  buckets = config.get('bucket_lengths', ())
+  if not isinstance(buckets, (tuple, list)) or any(not is_whole_number(b) or b < 1 for b in buckets) or \
+      len(set(buckets)) != len(buckets):
+    raise FastmtError(f'config.bucket_lengths must be distinct whole numbers >= 1 (padded lengths of the '
+                      f'training batches; model.max_length is added), got {buckets!r}')
   init_from = config.get('init_from')
   if init_from and not workdir_lib.has_checkpoints(init_from):
     what = 'no work directory' if not os.path.isdir(init_from) else 'a directory without checkpoints'
@@ -411,14 +427,14 @@ def _restore_newest_readable(manager, state, workdir: str, max_to_keep):
         while os.path.exists(aside):  # the same step failed before
           aside, n = f'{directory}.unreadable{n}', n + 1
         os.replace(directory, aside)
-        logging.warning('checkpoint step %d of %s cannot be read (%s: %.200s); set aside as %s, resuming from '
-                        'step %d', bad, workdir, type(error).__name__, error, os.path.basename(aside), step)
+        logging.warning('checkpoint step %d of %s cannot be read (%s); set aside as %s, resuming from '
+                        'step %d', bad, workdir, workdir_lib.checkpoint_error(error), os.path.basename(aside), step)
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices('fastmt: unreadable checkpoints set aside')
     return restored, workdir_lib.checkpoint_manager(workdir, max_to_keep)  # re-reads the steps on disk
   step, error = failures[0]
-  raise FastmtError(f'no checkpoint step of {workdir} can be read (the newest, {step}: {type(error).__name__}: '
-                    f'{str(error)[:200]}); nothing was renamed') from error
+  raise FastmtError(f'no checkpoint step of {workdir} can be read (the newest, {step}: '
+                    f'{workdir_lib.checkpoint_error(error)}); nothing was renamed') from error
 
 
 def _check_fine_tunable(init_from: str, init_config: ModelConfig, model_config: ModelConfig) -> tuple[bool, bool]:

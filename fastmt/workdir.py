@@ -191,6 +191,13 @@ def abstract_params(model_config: ModelConfig):
       jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32))['params'])
 
 
+def checkpoint_error(error: Exception) -> str:
+  """A failed checkpoint read in one line: the exception's type and the first line of orbax's message, without
+  TensorStore's appendix (the repr of a bound method)."""
+  reason = (str(error).splitlines() or [''])[0].split(' See full TensorStore details')[0]
+  return f'{type(error).__name__}: {reason}'
+
+
 def restore_params(workdir: str, model_config: ModelConfig | None = None, checkpoint='latest'):
   """Parameters of a workdir's checkpoint ('latest', 'best' or a step), checked against its model config.
 
@@ -203,8 +210,8 @@ def restore_params(workdir: str, model_config: ModelConfig | None = None, checkp
   directory = os.path.join(workdir, BEST_CHECKPOINT_DIR if best else CHECKPOINT_DIR)
   if not os.path.isdir(directory):
     if best:
-      raise MissingError(f'{workdir!r} kept no best checkpoint (train with --config.keep_best_checkpoint=True); '
-                         "use --checkpoint latest or a step")
+      raise MissingError(f'{workdir!r} kept no best checkpoint (train with --config.keep_best_checkpoint=True and '
+                         'config.eval_bleu_sentences above 0); use --checkpoint latest or a step')
     raise MissingError(f'No checkpoint under {directory}')
   manager = checkpoint_manager(workdir, best=best)
   steps = sorted(manager.all_steps())
@@ -216,9 +223,7 @@ def restore_params(workdir: str, model_config: ModelConfig | None = None, checkp
   try:
     restored = _restore_on_this_device(manager.directory, step)  # the stored tree: checked below
   except Exception as e:  # orbax raises many types for a damaged step; the user needs to know which step
-    # The first line of orbax's message, without TensorStore's appendix (the repr of a bound method)
-    reason = (str(e).splitlines() or [''])[0].split(' See full TensorStore details')[0]
-    raise FastmtError(f'Checkpoint step {step} in {directory} cannot be read ({type(e).__name__}: {reason}); is it '
+    raise FastmtError(f'Checkpoint step {step} in {directory} cannot be read ({checkpoint_error(e)}); is it '
                       'damaged? Try another --checkpoint') from e
   finally:
     manager.close()  # its background threads end here, not as the interpreter exits (tracebacks then)

@@ -2,6 +2,7 @@
 parameters, and workdirs from another config fail with one clear error."""
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -40,6 +41,21 @@ def test_the_best_validation_checkpoint_is_kept(trained_workdir):
   model_config = workdir_lib.load_model_config(trained_workdir)
   _, step = workdir_lib.restore_params(trained_workdir, model_config, checkpoint="best")
   assert scores[step] == max(scores.values())  # ties may keep either step
+
+
+def test_no_best_checkpoint_is_kept_without_validation_bleu_and_the_run_says_so(tiny_config, tmp_path, caplog):
+  """keep_best_checkpoint (on in the RoyalFlush configs) with eval_bleu_sentences=0 left an empty
+  best_checkpoint/ without a word, and `--checkpoint best` then said only 'No checkpoint under ...'."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  config = ml_collections.ConfigDict(tiny_config.to_dict())
+  config.num_train_steps = config.eval_every_steps = config.checkpoint_every_steps = 2
+  config.keep_best_checkpoint, config.eval_bleu_sentences = True, 0
+  with caplog.at_level(logging.WARNING):
+    train_lib.train_and_evaluate(config, str(tmp_path))
+  assert 'No best checkpoint is kept' in caplog.text
+  assert not (tmp_path / workdir_lib.BEST_CHECKPOINT_DIR).exists()
+  with pytest.raises(FastmtError, match='kept no best checkpoint .*eval_bleu_sentences above 0'):
+    workdir_lib.restore_params(str(tmp_path), workdir_lib.load_model_config(str(tmp_path)), checkpoint='best')
 
 
 def test_two_runs_with_one_seed_give_identical_losses(trained_workdir, tiny_config, tmp_path, monkeypatch):
@@ -219,8 +235,9 @@ def test_a_model_config_left_by_a_start_that_never_checkpointed_is_replaced(trai
     workdir_lib.save_objective(str(workdir), 'hrt', {'chunk_size': 2})
 
 
-@pytest.mark.parametrize('damage', ['empty step directory', 'truncated files'])
-def test_a_damaged_latest_checkpoint_resumes_from_the_step_before(trained_workdir, tiny_config, tmp_path, damage):
+@pytest.mark.parametrize('damage', ['empty step directory', 'truncated files', 'zeroed array files'])
+def test_a_damaged_latest_checkpoint_resumes_from_the_step_before(trained_workdir, tiny_config, tmp_path, damage,
+                                                                   caplog):
   """The latest step does not read: set aside (20.unreadable) and the run goes on from the step before, to the
   same parameters as the uninterrupted run (it used to stop with orbax's traceback)."""
   import shutil  # pylint: disable=g-import-not-at-top
@@ -231,12 +248,19 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_step_before(trained_workdi
   if damage == 'empty step directory':
     shutil.rmtree(latest)
     latest.mkdir()
-  else:
+  elif damage == 'truncated files':
     for path in latest.rglob('*'):
       if path.is_file():
         path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 3])
-  resumed = train_lib.train_and_evaluate(tiny_config, str(workdir))
+  else:  # the arrays' data files: TensorStore's error, with its appendix
+    for path in latest.rglob('*'):
+      if path.is_file() and path.parent.name == 'd':
+        path.write_bytes(b'\0' * 10)
+  with caplog.at_level(logging.WARNING):
+    resumed = train_lib.train_and_evaluate(tiny_config, str(workdir))
   assert (latest.parent / f'{latest.name}.unreadable').is_dir() and (latest.parent / '10').is_dir()
+  warning, = [r.getMessage() for r in caplog.records if 'cannot be read' in r.getMessage()]
+  assert 'set aside as' in warning and 'TensorStore details' not in warning, warning  # one clean line
   reference, _ = workdir_lib.restore_params(trained_workdir, workdir_lib.load_model_config(trained_workdir))
   jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.params, reference)
 
@@ -265,6 +289,13 @@ def test_training_counts_are_checked_before_anything_is_written(tiny_config, tmp
     ('init_from', '/nonexistent/run', "config.init_from '/nonexistent/run' is no work directory"),
     ('dataset.name', 'bible/en_xx', "unknown Bible pair 'en_xx'"),  # left the directory and its lock
     ('dataset.name', 'wmt14', "Unknown dataset.name 'wmt14'"),
+    # validation BLEU on all but the last 3 sentences, without a word
+    ('eval_bleu_sentences', -3, 'config.eval_bleu_sentences must be a whole number >= 0'),
+    # a ZeroDivisionError, a TypeError in the batch plan, after the vocabulary was trained and written
+    ('bucket_lengths', (0, 8), 'config.bucket_lengths must be distinct whole numbers >= 1'),
+    ('bucket_lengths', (16, 16.5), 'config.bucket_lengths must be distinct whole numbers >= 1'),
+    ('bucket_lengths', ('a',), 'config.bucket_lengths must be distinct whole numbers >= 1'),
+    ('bucket_lengths', (16, 16), 'config.bucket_lengths must be distinct whole numbers >= 1'),
 ])
 def test_bad_rates_and_a_missing_initial_model_are_refused_before_anything_is_written(tiny_config, tmp_path, key,
                                                                                       value, message):
@@ -306,6 +337,7 @@ def test_settings_that_always_worked_still_pass_the_checks(tiny_config):
   schedule like any other."""
   config = tiny_config.copy_and_resolve_references()
   config.max_checkpoints_to_keep, config.cooldown_fraction, config.label_smoothing = None, 1.0, 0
+  config.bucket_lengths, config.eval_bleu_sentences = (), 0  # one bucket, model.max_length; loss only
   train_lib.check_training_settings(config)
   config.eval_bleu_tokenize = 'zh'  # Chinese targets: validation BLEU per character
   train_lib.check_training_settings(config)
