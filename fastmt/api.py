@@ -90,6 +90,8 @@ class TranslationModel:
     timed on `calibration` sentences (default: the work directory's validation split; fastmt.width). The
     output is greedy's whatever W is; translate then with algorithm='spec', block_size=W (or 'greedy' for 1):
     the timed translators are kept, compiled."""
+    if isinstance(calibration, str):  # one sentence, not its characters
+      calibration = [calibration]
     if calibration is None:
       if self.workdir is None:
         raise FastmtError('choose_width needs calibration sentences: this model has no work directory')
@@ -102,8 +104,12 @@ class TranslationModel:
     return width.AutoWidthTranslator(candidates, calibration).width_for(batch_size)
 
   def _load_draft_model(self, draft_model):
-    if not isinstance(draft_model, str):
+    if draft_model is None or isinstance(draft_model, TranslationModel):
       return draft_model
+    if not isinstance(draft_model, (str, os.PathLike)):
+      raise FastmtError(f'draft_model must be a TranslationModel or its work directory (a str or a path), got '
+                        f'{type(draft_model).__name__}')
+    draft_model = os.path.expanduser(os.fspath(draft_model))
     if draft_model not in self._draft_models:
       self._draft_models[draft_model] = load(draft_model, dtype=self.dtype)
     return self._draft_models[draft_model]
@@ -180,6 +186,7 @@ def load(workdir: str, checkpoint='latest', dtype: str = 'float32',
   only): products of at most 8 rows run through fastmt's own CPU kernel (Translator's float32_kernel). Errors (a
   missing directory or step, no best checkpoint kept, a checkpoint of another architecture) are FastmtErrors.
   """
+  workdir = os.path.expanduser(os.fspath(workdir))  # '~/runs/x' as a shell would read it; a pathlib.Path
   if not os.path.isdir(workdir):
     raise MissingError(f'No work directory {workdir!r}')
   config = workdir_lib.load_model_config(workdir)

@@ -7,8 +7,9 @@ end of the input. `available_chunks` instead makes each chunk of the items that 
 then takes the others already there, up to a chunk's size. A reader thread pulls the items ahead of the
 consumer (at most two chunks ahead, so memory stays bounded); a file's lines arrive far faster than they are
 translated, so after the first chunk its chunks are full. A consumer that stops early (closes the generator,
-or drops it) stops the reader too: it takes at most the item it is waiting for from the source, so a caller
-can go on reading the rest of, say, stdin itself.
+or drops it) stops the reader too: it takes at most the item it is waiting for from the source, and no more.
+The items it had read ahead (up to two chunks) are gone from the source with it: a caller that means to read
+the rest of a stream itself after stopping should give this only the items it wants translated.
 """
 
 import queue

@@ -620,6 +620,9 @@ class Translator:
     lines_at_cap: if a list, the input line numbers (from 1) of every output that reached the output cap
     without EOS are added to it, in no particular order (fastmt.distill keeps them out of a student's targets).
     """
+    if isinstance(texts, str):  # it would be read character by character, each a sentence
+      raise FastmtError('give the lines to translate as a list (or any iterable of lines), not one string: '
+                        f'[{texts[:40]!r}{"..." if len(texts) > 40 else ""}]')
     stats = _stats_or_new(stats)
     lines = iter(texts)
     first_line = 1

@@ -15,6 +15,7 @@ Inference (fastmt.load, decode.py, bench, distill, clusters) imports this module
 
 import contextlib
 import json
+import numbers
 import os
 
 import filelock
@@ -176,8 +177,8 @@ def checkpoint_manager(workdir: str, max_to_keep: int | None = None, best: bool 
 
 def parse_checkpoint(spec) -> str | int:
   """'latest', 'best' or a step number (int or digits) -> 'latest' | 'best' | int; anything else is an error."""
-  if isinstance(spec, int) and not isinstance(spec, bool):  # True is not step 1
-    return spec
+  if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):  # True is not step 1; np.int64 is one
+    return int(spec)
   if isinstance(spec, str) and spec.isascii() and spec.isdigit():  # '²'.isdigit() too, but int() refuses it
     return int(spec)
   if spec in ('latest', 'best'):

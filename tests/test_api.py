@@ -52,10 +52,13 @@ def test_translate_iter_translates_a_generator_line_by_line_as_lines_arrive(trai
   assert outputs == model.translate(SENTENCES[:2])
 
 
-def test_load_picks_the_checkpoint_and_reports_bad_input(trained_workdir, tmp_path):
+def test_load_picks_the_checkpoint_and_reports_bad_input(trained_workdir, tmp_path, monkeypatch):
+  monkeypatch.setenv('HOME', os.path.dirname(trained_workdir))  # '~/run' as a shell reads it (was 'No work directory')
+  assert fastmt.load(f'~/{os.path.basename(trained_workdir)}').workdir == trained_workdir
   best = fastmt.load(trained_workdir, checkpoint='best')
   assert best.step in (10, 20)  # tiny config: validation at steps 10 and 20
   assert fastmt.load(trained_workdir, checkpoint=20).step == 20
+  assert fastmt.load(trained_workdir, checkpoint=np.int64(20)).step == 20  # was refused, as no step number
   with pytest.raises(FastmtError, match='no checkpoint step 7'):
     fastmt.load(trained_workdir, checkpoint=7)
   with pytest.raises(FastmtError, match="'latest', 'best' or a step"):
@@ -121,6 +124,11 @@ def test_bad_lines_and_settings_are_fastmt_errors_and_translate_reports_its_coun
       model.translate(texts)
   with pytest.raises(FastmtError, match='not one string'):
     model.translate_iter('God')
+  with pytest.raises(FastmtError, match='not one string'):  # translated 3 one-character sentences
+    model.translator('greedy').translate('God')
+  for draft_model in (3, b'runs/x'):  # an AttributeError from the drafter's checks
+    with pytest.raises(FastmtError, match='draft_model must be a TranslationModel or its work directory'):
+      model.translate(SENTENCES[:1], algorithm='spec', drafter='model', draft_model=draft_model)
   with pytest.raises(FastmtError, match='got bytes'):
     list(model.translate_iter([b'God\n']))
   for ratio in (-5, float('inf'), float('nan'), None):

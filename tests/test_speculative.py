@@ -442,6 +442,9 @@ def test_fine_tuning_an_at_model_into_a_self_drafter_end_to_end(trained_workdir,
   assert list(plain.accepted) != list(trace.accepted), (list(plain.accepted), list(trace.accepted))
   # The fine-tuned model shares the AT model's vocabulary: it drafts for it as a separate drafter model.
   assert at_model.translate(texts, algorithm='spec', drafter='model', draft_model=workdir) == at_model.translate(texts)
+  import pathlib  # pylint: disable=g-import-not-at-top
+  assert at_model.translate(texts, algorithm='spec', drafter='model',  # was an AttributeError
+                            draft_model=pathlib.Path(workdir)) == at_model.translate(texts)
   assert at_model.translate(texts, algorithm='spec', block_size=2, drafter='model',
                             draft_model=fastmt.load(workdir)) == at_model.translate(texts)
   from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
