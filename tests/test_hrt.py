@@ -150,6 +150,30 @@ def test_stage_two_eos_inside_a_chunk_truncates_and_caps_bound_stage_one():
   assert np.asarray(stage_one_caps(jnp.array([0, 1, 5, 128]), 2)).tolist() == [0, 1, 2, 64]
 
 
+def test_the_plain_step_contract_decodes_and_bad_arguments_are_clear_errors():
+  """docs/API.md's step_fn has no `project` keyword: stage II called it with one (a TypeError). Counts, ids
+  and the cache went unchecked: chunk_size=0 a ZeroDivisionError, max_length=0 an empty output, a mask id
+  outside the vocabulary decoded garbage (an embedding lookup clamps)."""
+  natural = natural_rows([0, 3, 6], 16)
+  oracle = oracle_hrt_step(natural, 2)
+
+  def plain(tokens, positions, self_mask, cache, write_offsets):
+    return oracle(tokens, positions, self_mask, cache, write_offsets)
+  out = hrt_decode(plain, stub_cache(3, 16), 3, 16, 2, MASK_ID, BOS_K)
+  assert (np.asarray(out.tokens) == natural).all()
+  good = dict(batch_size=3, max_length=16, chunk_size=2, mask_id=MASK_ID, bos_k_id=BOS_K)
+  for bad, message in ((dict(chunk_size=0), 'chunk_size must be a whole number >= 1'),
+                       (dict(chunk_size=2.0), 'chunk_size must be a whole number >= 1'),
+                       (dict(max_length=0), 'max_length must be a whole number >= 1'),
+                       (dict(mask_id=-1), 'mask_id must be a token id'),
+                       (dict(mask_id=600), r'special ids \(600,\) .* below the vocabulary size 16'),
+                       (dict(bos_k_id=600), r'special ids \(600,\) .* below the vocabulary size 16')):
+    with pytest.raises(ValueError, match=message):
+      hrt_decode(plain, stub_cache(3, 16), **{**good, **bad})
+  with pytest.raises(ValueError, match='cache leaf .* rows = 3'):
+    hrt_decode(plain, stub_cache(2, 16), **good)
+
+
 def test_bad_settings_are_clear_errors():
   with pytest.raises(FastmtError, match='chunk_size'):
     hrt.HrtOptions(chunk_size=1)

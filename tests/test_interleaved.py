@@ -665,6 +665,32 @@ def test_eos_first_in_one_direction_after_a_full_step(h, c, step, expected, beam
   assert np.asarray(out.tokens)[0].tolist() == expected + [EOS_ID] + [PAD_ID] * (max_length - len(expected) - 1)
 
 
+def test_bad_arguments_to_the_interleaved_decoders_are_clear_errors():
+  """They skipped the checks the other decoders make: max_length=0 and batch 0 were a TypeError and a
+  ZeroDivisionError from inside the loop, a layout without start ids a broadcasting error, a step_fn of the
+  wrong contract or a cache of other rows a raw JAX error."""
+  layout = layout_of(2, 1)
+  max_length = 8
+  reordered = order.reorder(layout, jnp.asarray(natural_rows([3], max_length)), jnp.asarray([3]),
+                            layout.steps_for(max_length))
+  good_step = oracle_step(layout, reordered)
+  assert interleaved_greedy(good_step, stub_cache(1, 8), 1, max_length, layout).tokens.shape == (1, 8)
+  swapped = lambda *args, **kw: good_step(*args, **kw)[::-1]  # (cache, logits)
+  last_only = lambda *args, **kw: (good_step(*args, **kw)[0][:, -1], args[3])  # [B, V]
+  for call, message in (
+      (lambda: interleaved_greedy(good_step, stub_cache(1, 8), 1, 0, layout), 'max_length must be a whole number'),
+      (lambda: interleaved_greedy(good_step, stub_cache(1, 8), 0, max_length, layout), 'batch_size must be'),
+      (lambda: interleaved_greedy(good_step, stub_cache(1, 8), 1, max_length, order.Interleaving(2, 1)),
+       'layout must be an Interleaving with its start ids'),
+      (lambda: interleaved_greedy(good_step, stub_cache(2, 8), 1, max_length, layout), 'cache leaf .* rows = 1'),
+      (lambda: interleaved_greedy(swapped, stub_cache(1, 8), 1, max_length, layout), 'logits of shape'),
+      (lambda: interleaved_greedy(last_only, stub_cache(1, 8), 1, max_length, layout), 'logits of shape'),
+      (lambda: interleaved_beam(good_step, stub_cache(2, 8), 1, 2, 0, layout), 'max_length must be'),
+      (lambda: interleaved_beam(good_step, stub_cache(3, 8), 1, 2, max_length, layout), 'cache leaf .* rows = 2')):
+    with pytest.raises(ValueError, match=message):
+      call()
+
+
 def test_interleaved_beam_of_one_is_a_clear_error():
   """A step keeps 2k of the k x k pruned continuations; with k = 1 that would be a top_k failure deep in the
   loop. --algorithm ib with beam 1 decodes greedy (the registry); the library call says so."""

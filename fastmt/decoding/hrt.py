@@ -13,6 +13,8 @@ Stage II runs on the b_at rows per sentence the step function was built for (the
 the rows beyond b_nat are all PAD and their scores ignored.
 """
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,7 +22,8 @@ import numpy as np
 from fastmt.decoding import chunks, repeats
 from fastmt.decoding.beam import beam_search_top
 from fastmt.decoding.greedy import DecodeOutput, greedy_search, row_limits
-from fastmt.decoding.step import PAD_ID, DecoderStepFn, best_tokens
+from fastmt.decoding.step import (PAD_ID, DecoderStepFn, best_tokens, cache_slots, check_counts, checked_step_output,
+                                  is_whole_number)
 
 _LOW = -1e9
 
@@ -34,8 +37,19 @@ def skip_step(step_fn: DecoderStepFn, k: int, bos_k_id: int) -> DecoderStepFn:
   """The Skip-AT view of a decoder step: input position p is position p * k, the start symbol <bos_k>."""
   def step(tokens, positions, self_mask, cache, write_offsets):
     tokens = jnp.where(positions == 0, bos_k_id, tokens)
-    return step_fn(tokens, positions * k, self_mask, cache, write_offsets)
+    output = step_fn(tokens, positions * k, self_mask, cache, write_offsets)
+    return checked_step_output(output, *tokens.shape, (bos_k_id,))  # <bos_k> in the vocabulary
   return step
+
+
+def accepts_projection(step_fn) -> bool:
+  """Whether step_fn takes the optional `project` keyword (fastmt's step functions do; a step function written
+  to docs/API.md's plain contract need not)."""
+  try:
+    parameters = inspect.signature(step_fn).parameters.values()
+  except (TypeError, ValueError):  # no signature to read (a C callable): fastmt's contract assumed
+    return True
+  return any(p.name == 'project' or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def fill_masks(step_fn: DecoderStepFn, cache, skip_tokens: jax.Array, k: int, mask_id: int):
@@ -53,7 +67,13 @@ def fill_masks(step_fn: DecoderStepFn, cache, skip_tokens: jax.Array, k: int, ma
   # Logits at the masks only (the first k - 1 slots of every chunk): the stage-I slots already hold their
   # tokens, and fastmt's step function then runs its last layer and the output projection at the masks alone.
   slots = np.flatnonzero(~chunks.is_chunk_last(length, k))
-  logits, _ = step_fn(x, positions, mask, fresh, jnp.zeros((rows,), jnp.int32), project=slots)
+  offsets = jnp.zeros((rows,), jnp.int32)
+  if accepts_projection(step_fn):
+    output = step_fn(x, positions, mask, fresh, offsets, project=slots)
+  else:  # a step function of the plain contract (docs/API.md): all positions' logits, the masks' taken
+    logits, cache = checked_step_output(step_fn(x, positions, mask, fresh, offsets), rows, length)
+    output = logits[:, slots], cache
+  logits, _ = checked_step_output(output, rows, len(slots), (mask_id,))
   best = best_tokens(logits)  # on the logits: greedy needs no softmax
   is_mask = x[:, slots] == mask_id  # False in a PAD chunk (after the row's stage-I EOS)
   filled = x.at[:, slots].set(jnp.where(is_mask, best, x[:, slots]))
@@ -126,6 +146,12 @@ def hrt_decode(step_fn: DecoderStepFn, cache, batch_size: int, max_length: int, 
   decoder_calls counts stage I's calls plus the one stage II call. max_repeats (greedy stage I only; 0 = off):
   the repetition guard (fastmt.decoding.repeats) on stage I's tokens, and on the two stages' output.
   """
+  check_counts(batch_size=batch_size, max_length=max_length, chunk_size=chunk_size, beam_size=beam_size,
+               nat_beam_size=nat_beam_size)
+  for name, value in (('mask_id', mask_id), ('bos_k_id', bos_k_id)):  # a vocabulary's ids: checked in the calls
+    if not is_whole_number(value) or value < 0:
+      raise ValueError(f'{name} must be a token id (an int >= 0), got {value!r}')
+  cache_slots(cache, batch_size * beam_size)
   k = chunk_size
   if not 1 <= nat_beam_size <= beam_size:
     raise ValueError(f'HRT needs 1 <= nat_beam_size <= beam_size, got {nat_beam_size} and {beam_size}')

@@ -31,7 +31,8 @@ import jax.numpy as jnp
 from fastmt.decoding import interleaving as order
 from fastmt.decoding.beam import _LOW, _gather_beams, _gather_cache, length_penalty, select_beams
 from fastmt.decoding.greedy import DecodeOutput, row_limits
-from fastmt.decoding.step import EOS_ID, PAD_ID, DecoderStepFn, best_tokens
+from fastmt.decoding.step import (EOS_ID, PAD_ID, DecoderStepFn, best_tokens, cache_slots, check_counts,
+                                  checked_step_output)
 
 
 END_RULES = ('any', 'layout')
@@ -50,8 +51,14 @@ def _best_layout_combination(logits):
   return combination[:, 0]
 
 
-def _check_cache(cache, layout: order.Interleaving, max_length: int) -> int:
-  cache_length = jax.tree_util.tree_leaves(cache)[0].shape[1]
+def _check_inputs(cache, layout: order.Interleaving, max_length: int, rows: int, **counts) -> int:
+  """The cache's slots, after the checks every decoder makes (step.check_counts, step.cache_slots) and the
+  layout's: a raw TypeError or a broadcasting error from inside the loop otherwise."""
+  if not isinstance(layout, order.Interleaving) or not layout.start_ids:
+    raise ValueError('layout must be an Interleaving with its start ids (Interleaving.with_start_ids(tokenizer)), '
+                     f'got {layout!r}')
+  check_counts(max_length=max_length, **counts)
+  cache_length = cache_slots(cache, rows)
   needed = layout.steps_for(max_length) * layout.slots
   if cache_length < needed:
     raise ValueError(f'cache has {cache_length} slots, the interleaved decoder needs {needed} '
@@ -70,8 +77,9 @@ def _call(step_fn, layout: order.Interleaving, current, step, cache, cache_lengt
   if layout.direction_embeddings:
     directions = jax.lax.dynamic_slice_in_dim(order.directions(layout, num_steps), step * z, z)
     extra['directions'] = jnp.broadcast_to(directions, (rows, z))
-  return step_fn(current, jnp.broadcast_to(positions, (rows, z)), jnp.broadcast_to(mask, (rows,) + mask.shape),
-                 cache, offsets, **extra)
+  return checked_step_output(step_fn(current, jnp.broadcast_to(positions, (rows, z)),
+                                     jnp.broadcast_to(mask, (rows,) + mask.shape), cache, offsets, **extra),
+                             rows, z)
 
 
 def _natural_order(layout, reordered, caps, max_length):
@@ -101,8 +109,8 @@ def interleaved_greedy(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_
   (interleaved_beam's rule, beam size 1).
   """
   _check_end_rule(end_rule)
+  cache_length = _check_inputs(cache, layout, max_length, batch_size, batch_size=batch_size)
   z = layout.slots
-  cache_length = _check_cache(cache, layout, max_length)
   num_steps = layout.steps_for(max_length)
   caps = row_limits(batch_size, max_length, row_caps)
   step_caps = -(-caps // z)
@@ -213,11 +221,12 @@ def interleaved_beam(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_s
   the combinations a training target ends with (see prune_outer_sum).
   """
   _check_end_rule(end_rule)
+  check_counts(batch_size=batch_size, beam_size=beam_size)
   if beam_size < 2:  # a step keeps 2k of the k x k pruned continuations: k = 1 leaves too few
     raise ValueError(f'interleaved_beam needs beam_size >= 2, got {beam_size}: beam 1 is interleaved_greedy '
                      '(which --algorithm ib decodes with)')
+  cache_length = _check_inputs(cache, layout, max_length, batch_size * beam_size)
   n, k, z = batch_size, beam_size, layout.slots
-  cache_length = _check_cache(cache, layout, max_length)
   num_steps = layout.steps_for(max_length)
   caps = row_limits(n, max_length, row_caps)
   step_caps = -(-caps // z)
