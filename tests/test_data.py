@@ -294,7 +294,16 @@ def test_a_vocabulary_left_by_a_start_without_checkpoints_is_retrained_for_a_new
   assert os.stat(os.path.join(workdir, 'spm.model')).st_mtime_ns == before and 'training the vocabulary' not in caplog.text
   config.dataset.validation_files = ('mended.en', 'mended.de')  # not the vocabulary's text: kept
   assert pipeline.get_tokenizer(config, workdir, train).vocab_size == 300 and 'training the vocabulary' not in caplog.text
+  # the same files, their text fixed in place (English given as the target, then overwritten): made anew
+  english_twice = corpus.ParallelText(train.sources, train.sources)
+  assert pipeline.get_tokenizer(config, workdir, english_twice).vocab_size == 300
+  caplog.clear()
+  before = os.stat(os.path.join(workdir, 'spm.model')).st_mtime_ns
+  assert pipeline.get_tokenizer(config, workdir, train).vocab_size == 300
+  assert 'training the vocabulary again' in caplog.text
+  assert os.stat(os.path.join(workdir, 'spm.model')).st_mtime_ns != before
   config.vocab_size = 280
+  caplog.clear()
   assert pipeline.get_tokenizer(config, workdir, train).vocab_size == 280  # no checkpoint yet: made anew
   assert 'training the vocabulary again' in caplog.text
   os.makedirs(os.path.join(workdir, workdir_lib.CHECKPOINT_DIR, '10'))  # a run that checkpointed keeps its own

@@ -1,6 +1,8 @@
 """From a config to what training needs: the tokenizer (trained once into the work directory) and batches."""
 
 import dataclasses
+import hashlib
+import itertools
 import json
 import logging
 import os
@@ -55,7 +57,7 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
       if added:
         logging.warning('%s predates fastmt\'s reserved symbols: %d appended to the student\'s copy in %s',
                         teacher_spm, len(added), workdir)
-  record = _vocabulary_record(config)
+  record = _vocabulary_record(config, train)
   record_path = os.path.join(workdir, VOCABULARY_RECORD)
   if os.path.exists(path):
     earlier = _read_json(record_path)
@@ -65,7 +67,7 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
     # Ctrl-C): nothing was trained on it, and it was made for another corpus or size, or copied from another
     # model. Reusing it would spell the new text with the old pieces (a new script as <unk>) without a word.
     made = (f'copied from {earlier["copied_from"]}' if isinstance(earlier, dict) and 'copied_from' in earlier
-            else 'trained for another corpus or vocab_size')
+            else 'trained for another corpus, training text or vocab_size')
     logging.warning('%s was left by an earlier start of this work directory that saved no checkpoint (%s): '
                     'training the vocabulary again for this config', path, made)
   tokenizer = train_tokenizer(train.sources + train.targets, path, config.vocab_size, seed=config.seed,
@@ -118,10 +120,16 @@ VOCABULARY_RECORD = 'vocabulary.json'  # what spm.model was trained on, beside i
 _VOCABULARY_DATASET_FIELDS = ('name', 'data_dir', 'train_files', 'train_split', 'reverse')
 
 
-def _vocabulary_record(config) -> dict:
-  """What a vocabulary trained for this config depends on: the training text, vocab_size, seed, coverage."""
+def _vocabulary_record(config, train) -> dict:
+  """What a vocabulary trained for this config depends on: the training text, vocab_size, seed, coverage.
+  The text by its digest as well as by its files' names: a file fixed in place (the wrong language given as
+  the target, then overwritten) has the name it had."""
   dataset = json.loads(config.dataset.to_json())
-  return {'dataset': {k: dataset.get(k) for k in _VOCABULARY_DATASET_FIELDS},
+  digest = hashlib.sha256()
+  for line in itertools.chain(train.sources, ['\0'], train.targets):  # about a second for 1 GB of text
+    digest.update(line.encode('utf-8', 'surrogatepass'))
+    digest.update(b'\n')
+  return {'dataset': {k: dataset.get(k) for k in _VOCABULARY_DATASET_FIELDS}, 'text_sha256': digest.hexdigest(),
           'language_tags': list(corpus.language_tags(config.dataset)), 'vocab_size': config.vocab_size,
           'seed': config.get('seed'), 'character_coverage': config.get('vocab_character_coverage', 1.0)}
 
