@@ -296,7 +296,10 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
                    'train_accuracy': float(window['correct'] / window['tokens']),
                    'tokens_per_s': window['real_tokens'] / elapsed,
                    'steps_per_s': window['steps'] / elapsed,
-                   'learning_rate': float(learning_rate_schedule(config)(done))}
+                   'learning_rate': float(learning_rate_schedule(config)(done)),
+                   # the steps the loss and accuracy average: fewer than log_every_steps in the first line
+                   # after a resume (the steps before it, since the last line, ran in the killed run)
+                   'train_window_steps': window['steps']}
         progress.set_postfix(loss=f"{metrics['train_loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
         _write(writer, done, metrics)
         _append_history(workdir, {'step': done, **metrics})

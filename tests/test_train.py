@@ -139,6 +139,14 @@ def test_a_resumed_run_logs_each_step_once(trained_workdir, tiny_config, tmp_pat
   steps = lambda workdir: [(h['step'], sorted(h)) for h in _history(workdir)]
   assert steps(str(tmp_path)) == steps(trained_workdir)
   assert _losses(str(tmp_path)) == _losses(trained_workdir)  # the windows start at logged steps: the same sums
+  # A checkpoint off the log's grid: the first line after the resume averages fewer steps, and says how many
+  # (it read as if it were a whole window's loss).
+  config.checkpoint_every_steps = 3
+  other = str(tmp_path / 'other')
+  _crash_at(19, config, other, monkeypatch)  # last checkpoint: step 18
+  train_lib.train_and_evaluate(config, other)
+  assert {h['step']: h['train_window_steps'] for h in _history(other) if 'train_loss' in h} == {
+      5: 5, 10: 5, 15: 5, 20: 2}
 
 
 def test_a_second_training_run_in_one_work_directory_is_refused(trained_workdir, tiny_config, tmp_path):
