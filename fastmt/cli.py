@@ -26,6 +26,10 @@ def tool_name() -> str:
 
 def parse_flags_or_exit(argv):
   """absl flags parser for app.run: an unknown config key or bad value exits with one clear message."""
+  overrides = [a.split('=', 1)[0] for a in argv[1:] if a.startswith('--config.')]
+  twice = sorted({o for o in overrides if overrides.count(o) > 1})
+  if twice:  # ml_collections joins a tuple given twice, (12, 16) and (20,) -> (12, 16, 20), where one expects the last
+    sys.exit(f'{tool_name()}: error: {", ".join(twice)} given more than once: give each config override once')
   try:
     return flags.FLAGS(argv)
   except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:

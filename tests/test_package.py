@@ -108,9 +108,13 @@ def test_an_unknown_objective_or_config_key_is_one_line(tmp_path):
       ('tiny', '--nosuchflag', "Unknown command line flag 'nosuchflag'"),
       ('nosuchconfig', '--config.seed=1', "no config file 'nosuchconfig', and no shipped config of that name"),
       ('quickstart:zzz', '--config.seed=1', 'get_config() takes 0 positional arguments'),
-      (str(tmp_path / 'own.py'), '--config.seed=1', "bad config: KeyError 'missing_in_the_config_file'")):
+      (str(tmp_path / 'own.py'), '--config.seed=1', "bad config: KeyError 'missing_in_the_config_file'"),
+      # ml_collections joined the two tuples, (12, 16, 20), without a word
+      ('tiny', ('--config.bucket_lengths=(12,16)', '--config.bucket_lengths', '(20,)'),
+       '--config.bucket_lengths given more than once')):
+    overrides = [override] if isinstance(override, str) else list(override)
     result = subprocess.run([sys.executable, str(REPO / 'train.py'), '--config', config, '--workdir',
-                             str(tmp_path / 'run'), override], capture_output=True, text=True, cwd=tmp_path)
+                             str(tmp_path / 'run'), *overrides], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
   assert not (tmp_path / 'run').exists()
