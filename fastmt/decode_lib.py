@@ -181,17 +181,20 @@ def iter_lines(path: str, errors: str = 'strict', counts: InputCounts | None = N
 def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
   stream = sys.stdin.buffer if path == '-' else open(path, 'rb')  # pylint: disable=consider-using-with
   name = 'stdin' if path == '-' else path
+  head = b''  # the first line's first bytes: a gzip or UTF-16 file is named as one
   try:
     for number, raw in enumerate(stream, start=1):
       raw = raw[:-1] if raw.endswith(b'\n') else raw
+      if number == 1:
+        head = raw[:8]
       if number == 1 and raw.startswith(corpus.UTF8_BOM):  # not text: dropped, as corpus.decode_lines does
         raw = raw[len(corpus.UTF8_BOM):]
       try:
         text = raw.decode('utf-8')
       except UnicodeDecodeError as e:
         if errors == 'strict':
-          raise FastmtError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); '
-                            'fix the file or pass --input_errors=replace') from None
+          raise FastmtError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); ' +
+                            (corpus.not_text_hint(head) or 'fix the file or pass --input_errors=replace')) from None
         text = raw.decode('utf-8', errors='replace')
         counts.replaced_lines += 1
         if counts.replaced_lines <= REPLACED_LINES_LOGGED:

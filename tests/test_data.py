@@ -115,6 +115,22 @@ def test_read_lines_drops_a_byte_order_mark_and_never_suggests_a_flag_the_tool_l
   assert '--input_errors' not in str(error.value)  # training, distillation and clusters have no such flag
 
 
+def test_a_compressed_or_utf16_file_is_named_as_such_not_told_to_drop_its_invalid_bytes(tmp_path):
+  """iconv -c would turn a gzip or UTF-16 file into garbage; training and decode.py say what the file is."""
+  import gzip  # pylint: disable=g-import-not-at-top
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  for name, content, what in (('text.gz', gzip.compress(b'In the beginning\n' * 50), 'gzip-compressed'),
+                              ('utf16.txt', 'In the beginning\n'.encode('utf-16'), 'UTF-16'),
+                              ('plain.txt', b'In the beginning\n\xff\n', 'iconv -f utf-8')):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=f'{name}:[0-9]+: invalid UTF-8 .*{what}'):
+      corpus.read_lines(str(path))
+    if name != 'plain.txt':
+      with pytest.raises(ValueError, match=f'{name}:1: invalid UTF-8 .*{what}'):
+        decode_lib.check_paths(str(path), str(tmp_path / 'hyp'))
+
+
 def test_text_dataset_files_are_checked_with_errors_naming_split_and_path(tmp_path):
   (tmp_path / 'a.en').write_text('one\ntwo\n')
   (tmp_path / 'a.de').write_text('eins\n')

@@ -94,6 +94,25 @@ def read_lines(path: str, errors: str = 'strict') -> list[str]:
     return decode_lines(f.read(), path, errors)
 
 
+# Files that are not text at all, by their first bytes: invalid UTF-8, but dropping the invalid bytes (iconv -c)
+# would leave garbage, so the error says what they are instead.
+_NOT_TEXT = ((b'\x1f\x8b', 'gzip-compressed: decompress it first (zcat FILE > FILE.txt)'),
+             (b'BZh', 'bzip2-compressed: decompress it first (bzcat FILE > FILE.txt)'),
+             (b'\xfd7zXZ\x00', 'xz-compressed: decompress it first (xzcat FILE > FILE.txt)'),
+             (b'PK\x03\x04', 'a zip archive: extract the text file from it'),
+             (b'\xff\xfe', 'UTF-16 (little-endian, by its byte order mark): convert it (iconv -f utf-16 -t utf-8)'),
+             (b'\xfe\xff', 'UTF-16 (big-endian, by its byte order mark): convert it (iconv -f utf-16 -t utf-8)'))
+
+
+def not_text_hint(head: bytes) -> str | None:
+  """What a file whose first bytes are `head` is, when it is a compressed file, an archive or UTF-16, and how to
+  get its text; None for anything else."""
+  for magic, what in _NOT_TEXT:
+    if head.startswith(magic):
+      return f'the file is {what}'
+  return None
+
+
 def decode_lines(data: bytes, name: str, errors: str = 'strict') -> list[str]:
   """Splits UTF-8 bytes into lines as read_lines does; `name` labels errors ('stdin', a path).
 
@@ -110,8 +129,8 @@ def decode_lines(data: bytes, name: str, errors: str = 'strict') -> list[str]:
     try:
       lines.append(raw.decode('utf-8', errors=errors).rstrip('\r'))
     except UnicodeDecodeError as e:
-      raise FastmtError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); fix the file '
-                        '(e.g. iconv -f utf-8 -t utf-8 -c drops invalid bytes)') from None
+      fix = not_text_hint(data) or 'fix the file (e.g. iconv -f utf-8 -t utf-8 -c drops invalid bytes)'
+      raise FastmtError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); {fix}') from None
   return lines
 
 
