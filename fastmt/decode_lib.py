@@ -240,7 +240,11 @@ def load_draft_table(workdir: str) -> np.ndarray:
       logging.warning('The cached bigram draft table %s does not load (%s): built again', path, e)
   config = workdir_lib.load_train_config(workdir)
   tokenizer = workdir_lib.load_tokenizer(workdir)
-  targets = corpus.load_split(config.dataset, corpus.training_split(config.dataset)).targets
+  try:
+    targets = corpus.load_split(config.dataset, corpus.training_split(config.dataset)).targets
+  except FastmtError as e:  # the error names a file the user may never have given here (/dev/fd/63 of a <(zcat))
+    raise type(e)(f'the bigram draft table is built from the training targets recorded in {workdir}/'
+                  f'{workdir_lib.TRAIN_CONFIG_FILE}, which cannot be read now: {e}') from e
   logging.info('Building the bigram draft table of %d training targets for %s', len(targets), workdir)
   table = drafts.bigram_table(tokenizer.encode(targets), tokenizer.vocab_size)
   # A cache only: a work directory that cannot be written (read-only, shared) decodes all the same. Its own
