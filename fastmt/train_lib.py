@@ -250,12 +250,12 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
     os.replace(path + '.tmp', path)
 
   state = jax.device_put(initial_state(model_config, config), replicated)
-  manager = workdir_lib.checkpoint_manager(workdir, config.max_checkpoints_to_keep)
+  manager = workdir_lib.checkpoint_manager(workdir, config.max_checkpoints_to_keep, training=True)
   keep_best = config.get('keep_best_checkpoint') and config.get('eval_bleu_sentences')
   if config.get('keep_best_checkpoint') and not keep_best:  # the RoyalFlush configs keep one by default
     logging.warning('No best checkpoint is kept: config.keep_best_checkpoint chooses by validation BLEU, which '
                     'config.eval_bleu_sentences=0 does not compute (decode the latest checkpoint)')
-  best_manager = workdir_lib.checkpoint_manager(workdir, best=True) if keep_best else None
+  best_manager = workdir_lib.checkpoint_manager(workdir, best=True, training=True) if keep_best else None
   if manager.all_steps():
     state, manager = _restore_newest_readable(manager, state, workdir, config.max_checkpoints_to_keep)
     print(f'Resumed from step {int(state.step)} of {workdir}', file=sys.stderr)
@@ -418,7 +418,7 @@ def _restore_newest_readable(manager, state, workdir: str, max_to_keep):
     except Exception as e:  # pylint: disable=broad-except  (orbax raises many kinds for a damaged step)
       failures.append((step, e))
       manager.close()  # a manager that failed a restore fails the next one too: a fresh one per try
-      manager = workdir_lib.checkpoint_manager(workdir, max_to_keep)
+      manager = workdir_lib.checkpoint_manager(workdir, max_to_keep, training=True)
       continue
     if not failures:
       return restored, manager
@@ -434,7 +434,7 @@ def _restore_newest_readable(manager, state, workdir: str, max_to_keep):
                         'step %d', bad, workdir, workdir_lib.checkpoint_error(error), os.path.basename(aside), step)
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices('fastmt: unreadable checkpoints set aside')
-    return restored, workdir_lib.checkpoint_manager(workdir, max_to_keep)  # re-reads the steps on disk
+    return restored, workdir_lib.checkpoint_manager(workdir, max_to_keep, training=True)  # re-reads the steps
   step, error = failures[0]
   raise FastmtError(f'no checkpoint step of {workdir} can be read (the newest, {step}: '
                     f'{workdir_lib.checkpoint_error(error)}); nothing was renamed') from error

@@ -162,16 +162,19 @@ def training_lock(workdir: str, wait_s: float = 0):
       lock.release()
 
 
-def checkpoint_manager(workdir: str, max_to_keep: int | None = None, best: bool = False) -> ocp.CheckpointManager:
+def checkpoint_manager(workdir: str, max_to_keep: int | None = None, best: bool = False,
+                       training: bool = False) -> ocp.CheckpointManager:
   """The keep-last-N manager that resuming uses, or (best=True) the keep-the-best-validation-BLEU one.
 
   Two managers, because one manager that keeps the N best could delete the latest step a resume needs.
+  training=True (train.py, which holds the work directory's lock) removes the unfinished saves a killed run
+  left (STEP.orbax-checkpoint-tmp*); a reader must not, since a training run may be writing one.
   """
   if best:
     options = ocp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda m: m['valid_bleu'], best_mode='max',
-                                           create=True)
+                                           create=True, cleanup_tmp_directories=training)
     return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, BEST_CHECKPOINT_DIR)), options=options)
-  options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+  options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=training)
   return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)), options=options)
 
 

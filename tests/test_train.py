@@ -120,7 +120,14 @@ def _crash_at(step: int, config, workdir: str, monkeypatch):
 def test_a_crashed_run_resumes_to_the_same_parameters(trained_workdir, tiny_config, tmp_path, monkeypatch):
   """Die after step 12 (checkpoint at 10), restart: same final parameters as the uninterrupted run."""
   _crash_at(12, tiny_config, str(tmp_path), monkeypatch)
+  # a save the kill cut short (SIGTERM during a save leaves one): a reader leaves it, since a run may be
+  # writing it; the resumed run, which holds the lock, removes it
+  checkpoints = tmp_path / workdir_lib.CHECKPOINT_DIR
+  shutil.copytree(checkpoints / '10', checkpoints / '13.orbax-checkpoint-tmp')
+  workdir_lib.restore_params(str(tmp_path), workdir_lib.load_model_config(str(tmp_path)))
+  assert (checkpoints / '13.orbax-checkpoint-tmp').is_dir()
   resumed = train_lib.train_and_evaluate(tiny_config, str(tmp_path))
+  assert not (checkpoints / '13.orbax-checkpoint-tmp').exists()
   model_config = workdir_lib.load_model_config(trained_workdir)
   reference, _ = workdir_lib.restore_params(trained_workdir, model_config)
   jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.params, reference)
