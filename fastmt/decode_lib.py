@@ -49,6 +49,7 @@ class DecodeReport:
   truncated_inputs: int
   outputs_at_cap: int
   unreadable_inputs: int = 0  # of the empty inputs, lines in characters the vocabulary lacks only
+  empty_outputs: int = 0  # non-empty inputs translated to nothing (the model's first token EOS)
   wall_s: float = 0.0  # the whole translation pass, reading and writing included, compile time included
   padding_rows: int = 0  # rows that only padded a batch to its static shape (done from the start)
   replaced_input_lines: int = 0  # input lines whose invalid UTF-8 became U+FFFD (--input_errors=replace)
@@ -551,6 +552,7 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
       words_per_s=words / decode_seconds, decoder_calls_per_sentence=stats.decoder_calls / decoded,
       compile_s=stats.compile_seconds, empty_inputs=stats.empty_inputs, truncated_inputs=stats.truncated_inputs,
       outputs_at_cap=stats.outputs_at_cap, unreadable_inputs=stats.unreadable_inputs, wall_s=wall,
+      empty_outputs=stats.empty_outputs,
       padding_rows=stats.padding_rows,
       replaced_input_lines=input_counts.replaced_lines, replaced_reference_lines=reference_counts.replaced_lines)
 
@@ -625,7 +627,8 @@ def format_report(report: DecodeReport) -> str:
   parts.append(f'decoder calls/sentence {report.decoder_calls_per_sentence:.2f}')
   unreadable = f' ({report.unreadable_inputs} in characters the vocabulary lacks)' if report.unreadable_inputs else ''
   parts.append(f'empty inputs {report.empty_inputs}{unreadable}, truncated inputs {report.truncated_inputs}, '
-               f'outputs at the length cap {report.outputs_at_cap}, input lines with invalid UTF-8 replaced '
+               f'outputs at the length cap {report.outputs_at_cap}, empty outputs of non-empty inputs '
+               f'{report.empty_outputs}, input lines with invalid UTF-8 replaced '
                f'{report.replaced_input_lines}'
                + (f' (reference lines: {report.replaced_reference_lines})' if report.replaced_reference_lines else ''))
   return '\n'.join(parts)

@@ -94,6 +94,7 @@ class TranslationStats:
   unreadable_inputs: int = 0  # lines in characters the vocabulary lacks only (all <unk>): empty outputs, warned
   truncated_inputs: int = 0
   outputs_at_cap: int = 0  # rows that reached the output cap without EOS
+  empty_outputs: int = 0  # non-empty inputs translated to nothing (the model's first token EOS), warned
   decoder_calls: int = 0  # sum over sentences of the decoder calls that sentence needed
   loop_iterations: int = 0  # sum over batches of while-loop iterations
   output_tokens: int = 0
@@ -150,6 +151,8 @@ def transposed_output_layout(params):
 _LINES_AT_CAP_NAMED = 10  # the cap warning names this many input lines at most
 # The per-call warnings about the inputs and outputs of a call (quiet_repeated_warnings leaves them out).
 OUTPUT_CAP_WARNING = '%d output%s reached the output cap without EOS (input line%s %s%s)'
+EMPTY_OUTPUT_WARNING = ('%d non-empty input%s translated to nothing, the model ending the output at once (input '
+                        'line%s %s%s): a large beam favours the empty output')
 UNREADABLE_WARNING = ('%d input line%s in characters the vocabulary lacks only (line%s %s%s): translated as empty '
                       'lines')
 
@@ -554,12 +557,13 @@ class Translator:
 
   def _decode_chunk(self, texts, batch_size: int, stats: TranslationStats, first_line: int,
                     recent: list | None = None, lines_at_cap: list | None = None,
-                    every_line_at_cap: list | None = None) -> Iterator[dict]:
+                    every_line_at_cap: list | None = None, lines_emptied: list | None = None) -> Iterator[dict]:
     """Decodes a chunk of lines; after every batch yields {index in chunk: output ids} of what finished.
 
     recent: [int32 [ngram_memory]] (a one-item list, updated in place after every batch) where the decoder
     drafts from earlier outputs, else None. lines_at_cap: the input line numbers of outputs at the cap are
     kept in it (the first _LINES_AT_CAP_NAMED of the input so far), for the warning; every_line_at_cap: all of them.
+    lines_emptied: likewise the input lines of the non-empty inputs whose output is empty.
     """
     for i, t in enumerate(texts):
       if not isinstance(t, str):
@@ -593,6 +597,11 @@ class Translator:
       stats.loop_iterations += int(result.loop_iterations)
       at_cap = ~(tokens == EOS_ID).any(-1)
       stats.outputs_at_cap += int(at_cap.sum())
+      ended_at_once = tokens[:, 0] == EOS_ID
+      stats.empty_outputs += int(ended_at_once.sum())
+      if lines_emptied is not None:
+        lines_emptied[:] = heapq.nsmallest(_LINES_AT_CAP_NAMED, lines_emptied + [
+            first_line + nonempty[i] for i, empty in zip(indices, ended_at_once) if empty])
       cut_lines = sorted(first_line + nonempty[i] for i, cut in zip(indices, at_cap) if cut)
       if lines_at_cap is not None:  # the first lines of the input, not of the batches (sorted by length)
         lines_at_cap[:] = heapq.nsmallest(_LINES_AT_CAP_NAMED, lines_at_cap + cut_lines)
@@ -628,13 +637,14 @@ class Translator:
     first_line = 1
     recent = [np.full((self.recent_size,), PAD_ID, np.int32)] if self.recent_size else None
     at_cap_before, named_at_cap = stats.outputs_at_cap, []  # the warning is this call's (stats may add up calls)
+    emptied_before, named_emptied = stats.empty_outputs, []
     chunks = (streaming.available_chunks(lines, chunk_sentences) if stream
               else iter(lambda: list(itertools.islice(lines, chunk_sentences)), []))
     try:
       for chunk in chunks:
         ready, next_index = {}, 0
         for finished in self._decode_chunk(chunk, batch_size, stats, first_line, recent, named_at_cap,
-                                           lines_at_cap):
+                                           lines_at_cap, named_emptied):
           ready.update(finished)
           while next_index in ready:
             yield ready.pop(next_index)
@@ -649,6 +659,10 @@ class Translator:
       more = ', ...' if at_cap > len(named) else ''
       logging.warning(OUTPUT_CAP_WARNING, at_cap, 's' * (at_cap > 1), 's' * (at_cap > 1),
                       ', '.join(map(str, named)), more)
+    emptied = stats.empty_outputs - emptied_before
+    if emptied:
+      logging.warning(EMPTY_OUTPUT_WARNING, emptied, 's' * (emptied > 1), 's' * (emptied > 1),
+                      ', '.join(map(str, sorted(named_emptied))), ', ...' if emptied > len(named_emptied) else '')
 
   def translate_iter(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
                      chunk_sentences: int = 4096, stream: bool = False) -> Iterator[str]:

@@ -376,7 +376,8 @@ def test_row_caps_of_the_wrong_length_are_an_error_and_negative_caps_are_padding
 
 @pytest.mark.parametrize('bad, chosen', [({C: float('nan')}, C), ({C: float('inf')}, C),
                                          ({C: float('inf'), D: float('nan')}, D),  # a NaN wins over +inf
-                                         ({v: -float('inf') for v in range(VOCAB)}, 0)])  # all -inf: the first
+                                         ({v: -float('inf') for v in range(VOCAB)}, 0),  # all -inf: the first
+                                         ({v: float('nan') for v in range(VOCAB)}, 0)])  # all NaN: the first
 def test_beam_takes_greedys_token_where_the_logits_hold_nan_or_inf(bad, chosen):
   """Such a row has no distribution (its log-softmax is NaN): beam used to finish nothing and return PAD."""
   table = np.full(VOCAB, EOS_ID)
@@ -394,4 +395,6 @@ def test_beam_takes_greedys_token_where_the_logits_hold_nan_or_inf(bad, chosen):
   np.testing.assert_array_equal(g.tokens[0, :2], [A, chosen])
   np.testing.assert_array_equal(beam.beam_search(step_fn, stub_cache(1, 6), 1, 1, 6).tokens, g.tokens)
   wider = np.asarray(beam.beam_search(step_fn, stub_cache(3, 6), 1, 3, 6).tokens[0])
-  assert wider[0] == A and EOS_ID in wider  # a finished hypothesis, not an empty one
+  # greedy's token at any beam size (with every token of such a row at log-probability 0, a beam of 3 took
+  # EOS among them), and a finished hypothesis, not an empty one
+  assert wider[0] == A and wider[1] == chosen and EOS_ID in wider, wider

@@ -20,6 +20,7 @@ import pytest
 
 from conftest import REPO
 from fastmt import translate, workdir as workdir_lib
+from fastmt.decoding.step import EOS_ID
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
@@ -559,6 +560,22 @@ def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):
   ids, _ = translator.translate_ids(many, batch_size=4)
   assert all(len(out) == 9 for out in ids)
   assert '(input lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ...)' in caplog.text
+
+
+def test_empty_outputs_of_non_empty_inputs_are_counted_and_named(model_parts, caplog, monkeypatch):
+  """A model that ends its output at once (a large beam favours it: 15 of 17 lines at beam 256 in a user
+  review) gave empty lines, counted nowhere and warned of by nothing."""
+  translator = Translator(*model_parts, DecodeSettings())
+  decode_batch = translator.decode_batch
+
+  def ending_at_once(*args, **kwargs):  # every row's first token EOS
+    out = decode_batch(*args, **kwargs)
+    return dataclasses.replace(out, tokens=out.tokens.at[:, 0].set(EOS_ID))
+  monkeypatch.setattr(translator, 'decode_batch', ending_at_once)
+  hypotheses, stats = translator.translate(['', 'God', '', 'And God said, Let there be light.'], batch_size=2)
+  assert hypotheses == ['', '', '', ''] and (stats.empty_inputs, stats.empty_outputs) == (2, 2)
+  assert '2 non-empty inputs translated to nothing, the model ending the output at once (input lines 2, 4)' in \
+      caplog.text
 
 
 def test_decode_cli_blank_and_huge_lines_keep_their_places(trained_workdir, tmp_path):

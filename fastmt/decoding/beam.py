@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from fastmt.decoding.greedy import DecodeOutput, row_limits
-from fastmt.decoding.step import (BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, cache_slots,
+from fastmt.decoding.step import (BOS_ID, EOS_ID, PAD_ID, DecoderStepFn, best_tokens, cache_slots,
                                   causal_window_mask, check_counts, check_special_ids, checked_step_output,
                                   output_lengths)
 
@@ -42,13 +42,13 @@ class BeamState:
 def _log_probs(logits: jax.Array) -> jax.Array:
   """float32 log-softmax of logits [R, V] for the search. A row holding NaN or +inf has no distribution (its
   log-softmax is NaN, which no beam would ever keep or finish, so the sentence came back empty): there the
-  token(s) greedy's argmax would take (best_tokens: the NaNs, else the +infs; every token of an all -inf row)
-  get log-probability 0 and the rest -inf, and top_k's lower-index-first ties pick greedy's token, so that
-  beam_size 1 stays greedy on such logits too (a float16 model can overflow). Elementwise, in the same pass.
+  token greedy's argmax takes (best_tokens: the first NaN, else the first +inf; the first token of an all -inf
+  row) gets log-probability 0 and every other -inf, so that a beam of any size takes greedy's token on such
+  logits (a float16 model can overflow). With several tokens at 0 a beam of 3 took EOS among them and ended.
   """
   logits = logits.astype(jnp.float32)
   top = jnp.max(logits, axis=-1, keepdims=True)  # NaN with a NaN logit, +inf with +inf, -inf if all are
-  greedys = jnp.where(jnp.isnan(top), jnp.isnan(logits), jnp.where(top == jnp.inf, logits == jnp.inf, True))
+  greedys = jnp.arange(logits.shape[-1]) == best_tokens(logits)[..., None]
   # jax.nn.log_softmax itself where the row has a distribution: the same numbers as before the guard.
   return jnp.where(jnp.isfinite(top), jax.nn.log_softmax(logits), jnp.where(greedys, 0.0, -jnp.inf))
 
