@@ -177,6 +177,18 @@ def test_the_plain_step_contract_decodes_and_bad_arguments_are_clear_errors():
 def test_bad_settings_are_clear_errors():
   with pytest.raises(FastmtError, match='chunk_size'):
     hrt.HrtOptions(chunk_size=1)
+  from fastmt import objectives  # pylint: disable=g-import-not-at-top
+  # options of the wrong type: a TypeError deep in the objective, 'no <bos_2.5> symbol', nan trained silently
+  for parse, options, message in (
+      (objectives.hrt_from, dict(chunk_size='2'), "hrt chunk_size must be a whole number, got '2'"),
+      (objectives.hrt_from, dict(chunk_size=2.5), 'hrt chunk_size must be a whole number'),
+      (objectives.hrt_from, dict(curriculum='yes'), 'hrt curriculum must be True or False'),
+      (objectives.selfdraft_from, dict(block_size=2.5), 'selfdraft block_size must be a whole'),
+      (objectives.selfdraft_from, dict(draft_weight=float('nan')), 'selfdraft draft_weight must be a finite number'),
+      (objectives.interleaving_from, dict(directions=2.0), 'interleaving directions must be a whole number')):
+    with pytest.raises(FastmtError, match=message):
+      parse(options)
+  assert objectives.hrt_from(dict(curriculum_power=2)).curriculum_power == 2  # an int where a float goes: fine
   from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
   with pytest.raises(FastmtError, match='nat_beam_size'):
     DecodeSettings('hrt', beam_size=2, nat_beam_size=3)

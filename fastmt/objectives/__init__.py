@@ -12,12 +12,15 @@ masks that a decoder needs as well live in fastmt/decoding/ and are imported fro
 """
 
 import dataclasses
+import math
+import numbers
 from typing import Callable
 
 import flax.struct
 import jax
 
 from fastmt.decoding.interleaving import Interleaving
+from fastmt.decoding.step import is_whole_number
 from fastmt.errors import FastmtError
 from fastmt.objectives import autoregressive, hrt, interleaved, selfdraft
 
@@ -74,6 +77,23 @@ def _selfdraft(options, tokenizer) -> Objective:
   return lambda batch, step: DecoderBatch(**selfdraft.draft_batch(batch, step, draft_options, mask_id))
 
 
+def _check_types(cls, name: str, options: dict) -> None:
+  """Each option of the type its field declares: a chunk_size of '2' or 2.5 was a TypeError deep in the
+  objective or 'no <bos_2.5> symbol', a draft_weight of nan trained without a word."""
+  for field in dataclasses.fields(cls):
+    if field.name not in options:
+      continue
+    value, kind = options[field.name], field.type if isinstance(field.type, str) else field.type.__name__
+    wrong = {'int': lambda v: not is_whole_number(v),
+             'float': lambda v: isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v),
+             'bool': lambda v: not isinstance(v, bool),
+             'str': lambda v: not isinstance(v, str)}.get(kind)
+    if wrong is not None and wrong(value):
+      what = {'int': 'a whole number', 'float': 'a finite number', 'bool': 'True or False',
+              'str': 'a string'}[kind]
+      raise FastmtError(f'{name} {field.name} must be {what}, got {value!r}')
+
+
 def _options(cls, name: str, options):
   """cls(**options) for an options dict (a config block or the record); unknown keys are an error."""
   options = dict(options or {})
@@ -81,6 +101,7 @@ def _options(cls, name: str, options):
   unknown = sorted(set(options) - known)
   if unknown:
     raise FastmtError(f'Unknown {name} keys {unknown}; known keys: {sorted(known)}')
+  _check_types(cls, name, options)
   return cls(**options)
 
 
@@ -101,6 +122,7 @@ def interleaving_from(options) -> Interleaving:
   unknown = sorted(set(options) - known)
   if unknown:
     raise FastmtError(f'Unknown interleaving keys {unknown}; known keys: {sorted(known)}')
+  _check_types(Interleaving, 'interleaving', options)
   return Interleaving(**options)
 
 
