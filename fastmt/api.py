@@ -53,14 +53,17 @@ class TranslationModel:
     self._draft_models = {}
     self._int8_copy = SharedInt8Copy(self.config, self.params)  # --drafter int8's, made once
 
-  def translator(self, algorithm: str = 'greedy', clusters: str | None = None, draft_model=None,
+  def translator(self, algorithm: str | None = None, clusters: str | None = None, draft_model=None,
                  **settings) -> Translator:
     """The Translator for these settings (DecodeSettings fields: beam_size, alpha, block_size,
     parallel_length, jacobi_init, output_length_ratio, drafter ...); clusters: a clusters directory
     (fastmt-clusters) for the clustered output projection; draft_model: for algorithm='spec',
     drafter='model', the drafter (a TranslationModel, or its work directory, loaded in this model's dtype).
     Its translate(texts, batch_size) returns (hypotheses, TranslationStats), where this model's translate
-    returns the hypotheses."""
+    returns the hypotheses. algorithm None: the model's own (greedy; ib for an interleaved model, hrt for an
+    HRT one), as decode.py's default."""
+    if algorithm is None:
+      algorithm = registry.DEFAULT_ALGORITHM.get(self.objective, 'greedy')
     unknown = sorted(set(settings) - _SETTING_NAMES)
     if unknown:
       raise FastmtError(f'Unknown decoding settings {unknown}; known: {sorted(_SETTING_NAMES)}')
@@ -122,7 +125,7 @@ class TranslationModel:
       self._clusters[directory] = clusters_lib.load_clusters(directory, self.config, self.tokenizer, self.params)
     return self._clusters[directory]
 
-  def translate(self, texts: str | Sequence[str], algorithm: str = 'greedy', batch_size: int = 32, *,
+  def translate(self, texts: str | Sequence[str], algorithm: str | None = None, batch_size: int = 32, *,
                 clusters: str | None = None, draft_model=None, stats: TranslationStats | None = None,
                 **settings) -> str | list[str]:
     """Translations in input order (one string for one string). A blank line gives an empty string. `stats`,
@@ -134,7 +137,7 @@ class TranslationModel:
     hypotheses, _ = translator.translate([texts] if single else list(texts), batch_size, stats)
     return hypotheses[0] if single else hypotheses
 
-  def translate_iter(self, lines: Iterable[str], algorithm: str = 'greedy', batch_size: int = 32, *,
+  def translate_iter(self, lines: Iterable[str], algorithm: str | None = None, batch_size: int = 32, *,
                      clusters: str | None = None, draft_model=None, stats: TranslationStats | None = None,
                      **settings) -> Iterator[str]:
     """Streams translations of any iterable of lines (a file object too; trailing newlines are dropped),

@@ -367,9 +367,10 @@ def test_trained_interleaved_model_translates_with_ib_and_refuses_other_algorith
   kernel = fastmt.load(workdir, float32_kernel=True)  # fastmt's float32 kernel (XLA's where it cannot run)
   assert kernel.translate(texts, algorithm='ib') == greedy
   assert kernel.translate(texts, algorithm='ib', beam_size=3) == beam
-  with pytest.raises(FastmtError, match='objective'):
+  assert model.translate(texts) == greedy  # no algorithm: the model's own, ib (was an error naming greedy)
+  with pytest.raises(FastmtError, match="trained with 'interleaved'; its algorithms: ib"):
     model.translate(texts, algorithm='greedy')
-  with pytest.raises(FastmtError, match='objective'):
+  with pytest.raises(FastmtError, match='objective .* its algorithms: beam, greedy'):
     fastmt.load(trained_workdir).translate(texts, algorithm='ib')
 
 

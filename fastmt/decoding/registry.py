@@ -320,5 +320,7 @@ def check_objective(algorithm: str, objective: str) -> None:
   """Decoding a model with an algorithm it was not trained for is one clear error, before any work."""
   supported = get(algorithm).objectives
   if objective not in supported:
+    usable = sorted(name for name in ALGORITHMS if objective in get(name).objectives)
+    hint = f'; its algorithms: {", ".join(usable)}' if usable else ''
     raise FastmtError(f'algorithm {algorithm!r} (--algorithm {algorithm}) decodes models trained with objective '
-                      f'{" or ".join(supported)}; this model was trained with {objective!r}')
+                      f'{" or ".join(supported)}; this model was trained with {objective!r}{hint}')
