@@ -61,7 +61,7 @@ class TranslationModel:
     drafter='model', the drafter (a TranslationModel, or its work directory, loaded in this model's dtype).
     Its translate(texts, batch_size) returns (hypotheses, TranslationStats), where this model's translate
     returns the hypotheses. algorithm None: the model's own (greedy; ib for an interleaved model, hrt for an
-    HRT one), as decode.py's default."""
+    HRT one), as validation during training decodes it."""
     if algorithm is None:
       algorithm = registry.DEFAULT_ALGORITHM.get(self.objective, 'greedy')
     unknown = sorted(set(settings) - _SETTING_NAMES)

@@ -152,7 +152,7 @@ _LINES_AT_CAP_NAMED = 10  # the cap warning names this many input lines at most
 # The per-call warnings about the inputs and outputs of a call (quiet_repeated_warnings leaves them out).
 OUTPUT_CAP_WARNING = '%d output%s reached the output cap without EOS (input line%s %s%s)'
 EMPTY_OUTPUT_WARNING = ('%d non-empty input%s translated to nothing, the model ending the output at once (input '
-                        'line%s %s%s): a large beam favours the empty output')
+                        'line%s %s%s; beam search with a large beam favours this)')
 UNREADABLE_WARNING = ('%d input line%s in characters the vocabulary lacks only (line%s %s%s): translated as empty '
                       'lines')
 
@@ -160,12 +160,13 @@ UNREADABLE_WARNING = ('%d input line%s in characters the vocabulary lacks only (
 class _DropPerCallWarnings(logging.Filter):
 
   def filter(self, record):
-    return record.msg not in (OUTPUT_CAP_WARNING, UNREADABLE_WARNING)
+    return record.msg not in (OUTPUT_CAP_WARNING, EMPTY_OUTPUT_WARNING, UNREADABLE_WARNING)
 
 
 @contextlib.contextmanager
 def quiet_repeated_warnings():
-  """Within it, Translator calls do not log their per-call warnings (outputs at the cap, unreadable lines).
+  """Within it, Translator calls do not log their per-call warnings (outputs at the cap, empty outputs,
+  unreadable lines).
 
   For callers that translate the same sentences again and again or count those themselves: the bench's timing
   passes (the quality pass has warned once), training's validation BLEU at every evaluation (the history
