@@ -267,7 +267,7 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_step_before(trained_workdi
     for path in latest.rglob('*'):
       if path.is_file():
         path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 3])
-  else:  # the arrays' data files: TensorStore's error, with its appendix
+  else:  # the arrays' data files: a TensorStore error (its appendix: test_checkpoint_errors_are_one_clean_line)
     for path in latest.rglob('*'):
       if path.is_file() and path.parent.name == 'd':
         path.write_bytes(b'\0' * 10)
@@ -278,6 +278,14 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_step_before(trained_workdi
   assert 'set aside as' in warning and 'TensorStore details' not in warning, warning  # one clean line
   reference, _ = workdir_lib.restore_params(trained_workdir, workdir_lib.load_model_config(trained_workdir))
   jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.params, reference)
+
+
+def test_checkpoint_errors_are_one_clean_line():
+  """orbax's message for an unreadable array can end in TensorStore's appendix (the repr of a bound method),
+  and span lines; training's set-aside warning and decode's error keep the type and the first line."""
+  error = ValueError('DATA_LOSS: Error reading "params.x/.zarray" See full TensorStore details: <bound method '
+                     'Spec.to_json of Spec({...})>\n  more TensorStore detail')
+  assert workdir_lib.checkpoint_error(error) == 'ValueError: DATA_LOSS: Error reading "params.x/.zarray"'
 
 
 @pytest.mark.parametrize('key, value', [('warmup_steps', 0), ('checkpoint_every_steps', 0), ('eval_every_steps', -1),

@@ -57,12 +57,13 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
       if added:
         logging.warning('%s predates fastmt\'s reserved symbols: %d appended to the student\'s copy in %s',
                         teacher_spm, len(added), workdir)
-  record = _vocabulary_record(config, train)
-  record_path = os.path.join(workdir, VOCABULARY_RECORD)
+  if os.path.exists(path) and (init_from or distilled_dir or has_checkpoints(workdir)):
+    return Tokenizer(path)  # a resumed run keeps its vocabulary (train_lib warns when the corpus changed)
+  record = _vocabulary_record(config, train)  # digests the training text: only where it is compared or written
   if os.path.exists(path):
-    earlier = _read_json(record_path)
-    if init_from or distilled_dir or has_checkpoints(workdir) or earlier in (None, record):
-      return Tokenizer(path)  # a resumed run keeps its vocabulary (train_lib warns when the corpus changed)
+    earlier = _read_json(os.path.join(workdir, VOCABULARY_RECORD))
+    if earlier in (None, record):
+      return Tokenizer(path)  # made for this config, or the user's own (no record beside it)
     # Left by a run that stopped before its first checkpoint (a bad validation split, a refused init_from,
     # Ctrl-C): nothing was trained on it, and it was made for another corpus or size, or copied from another
     # model. Reusing it would spell the new text with the old pieces (a new script as <unk>) without a word.
