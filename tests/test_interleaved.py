@@ -1,6 +1,7 @@
 """Interleaved decoders (IBDecoder, SA, IB+SA, IMDecoder): layouts against the paper's equations, the objective,
 greedy and Algorithm 1 beam search on stub logits with exact outputs, and cached == uncached on a real model."""
 
+import json
 import itertools
 import math
 
@@ -372,6 +373,23 @@ def test_trained_interleaved_model_translates_with_ib_and_refuses_other_algorith
     model.translate(texts, algorithm='greedy')
   with pytest.raises(FastmtError, match='objective .* its algorithms: beam, greedy'):
     fastmt.load(trained_workdir).translate(texts, algorithm='ib')
+
+
+@pytest.mark.xdist_group('interleaved_model')
+def test_decode_py_without_an_algorithm_translates_an_interleaved_model_with_ib(interleaved_workdir, tmp_path):
+  """decode.py's default algorithm is the model's own, as the library's (it was greedy, which an interleaved model
+  refuses: a user's first decode.py of an IB model was an error)."""
+  import fastmt  # pylint: disable=g-import-not-at-top
+  from test_translate import decode_cli  # pylint: disable=g-import-not-at-top
+  workdir, _ = interleaved_workdir
+  texts = ['In the beginning God created the heaven and the earth.', 'And God saw the light.']
+  source = tmp_path / 'in.en'
+  source.write_text(''.join(t + '\n' for t in texts), encoding='utf-8')
+  result = decode_cli(['--workdir', workdir, '--input', str(source), '--output', str(tmp_path / 'out'),
+                       '--progress=false', '--metrics_json', str(tmp_path / 'metrics.json')])
+  assert result.returncode == 0, result.stderr
+  assert (tmp_path / 'out').read_text(encoding='utf-8').splitlines() == fastmt.load(workdir).translate(texts)
+  assert json.loads((tmp_path / 'metrics.json').read_text())['settings']['algorithm'] == 'ib'
 
 
 def test_fine_tuning_an_at_model_into_ib_and_im(trained_workdir, tiny_config, tmp_path):

@@ -38,7 +38,9 @@ def define_flags():
   flags.DEFINE_enum('bleu_tokenize', '13a', BLEU_TOKENIZERS, '--reference: sacreBLEU\'s tokenizer for BLEU: 13a '
                     '(its default) for languages that separate words by spaces; zh for Chinese (13a scores a '
                     'Chinese output about 0 however good); ja-mecab / ko-mecab need sacrebleu[ja] / sacrebleu[ko].')
-  flags.DEFINE_enum('algorithm', 'greedy', sorted(registry.ALGORITHMS), 'Decoding algorithm.')
+  flags.DEFINE_enum('algorithm', None, sorted(registry.ALGORITHMS), 'Decoding algorithm (default: the model\'s '
+                    'own, as validation during training decodes it: greedy; ib for an interleaved model, hrt for an '
+                    'HRT one).')
   flags.DEFINE_integer('beam_size', None, 'Beam size: --algorithm beam (default 4), ib (default 1 = greedy; '
                        'K > 1 = the multi-word beam search of Algorithm 1) or hrt (b_at, default 1).')
   flags.DEFINE_float('alpha', 0.6, 'Beam search length penalty.')
@@ -108,24 +110,34 @@ def define_flags():
   flags.DEFINE_bool('progress', True, 'Show progress on stderr (a bar on a terminal, log lines otherwise).')
 
 
-def _warn_of_unused_flags() -> None:
+def _algorithm() -> str:
+  """--algorithm, or the model's own where it is not given: decode.py translates an interleaved or HRT model the
+  way the library's TranslationModel.translate and validation do, not with greedy, which such a model refuses."""
+  if FLAGS.algorithm is not None:
+    return FLAGS.algorithm
+  from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
+  return registry.DEFAULT_ALGORITHM.get(workdir_lib.load_objective(FLAGS.workdir), 'greedy')
+
+
+def _warn_of_unused_flags(algorithm: str) -> None:
   """A warning for each decoding flag given on the command line that this --algorithm does not use."""
   from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
   for name, algorithms in registry.SETTING_ALGORITHMS.items():
-    if FLAGS[name].present and FLAGS.algorithm not in algorithms:
-      logging.warning('--%s has no effect with --algorithm %s (it acts on --algorithm %s)', name, FLAGS.algorithm,
+    if FLAGS[name].present and algorithm not in algorithms:
+      logging.warning('--%s has no effect with --algorithm %s (it acts on --algorithm %s)', name, algorithm,
                       ', '.join(algorithms))
   if FLAGS['clusters'].present and FLAGS.projection != 'clustered':
     logging.warning('--clusters has no effect without --projection clustered')
 
 
-def _check_drafter_workdir() -> None:
+def _check_drafter_workdir(algorithm: str) -> None:
   """--drafter_workdir goes with --algorithm spec --drafter model and nothing else: a mismatch is an error before
   either model loads (a drafter given to greedy would be loaded only to be refused)."""
-  wants_drafter = FLAGS.algorithm == 'spec' and FLAGS.drafter == 'model'
+  wants_drafter = algorithm == 'spec' and FLAGS.drafter == 'model'
   if FLAGS.drafter_workdir and not wants_drafter:
     raise FastmtError(f'--drafter_workdir is the drafter of --algorithm spec --drafter model; here --algorithm is '
-                      f'{FLAGS.algorithm}' + (f' with --drafter {FLAGS.drafter}' if FLAGS.algorithm == 'spec' else ''))
+                      f'{algorithm}' + (f' with --drafter {FLAGS.drafter}' if algorithm == 'spec' else ''))
   if wants_drafter and not FLAGS.drafter_workdir:
     raise FastmtError('--drafter model needs --drafter_workdir: the work directory of a small selfdraft model with '
                       'this model\'s vocabulary (configs/drafter.py)')
@@ -149,15 +161,16 @@ def main(argv):
     block_size = width.WIDTHS[-1] if auto_width else int(FLAGS.block_size)
   except ValueError:
     raise FastmtError(f'--block_size must be a whole number or auto, got {FLAGS.block_size!r}') from None
-  settings = DecodeSettings(FLAGS.algorithm, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
+  algorithm = _algorithm()
+  settings = DecodeSettings(algorithm, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
                             block_size=block_size,
                             parallel_length=FLAGS.parallel_length,
                             jacobi_init=FLAGS.jacobi_init, dedup_ngram=FLAGS.dedup_ngram, end_rule=FLAGS.end_rule,
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
                             drafter=FLAGS.drafter, ngram_memory=FLAGS.ngram_memory, ngram_pool=FLAGS.ngram_pool,
                             max_repeats=FLAGS.max_repeats)
-  _warn_of_unused_flags()
-  _check_drafter_workdir()
+  _warn_of_unused_flags(algorithm)
+  _check_drafter_workdir(algorithm)
   if FLAGS.float32_kernel and FLAGS.dtype != 'float32':
     raise FastmtError(f'--float32_kernel runs float32 products; --dtype is {FLAGS.dtype}')
   # Before the model loads: a mistyped path or setting costs nothing.
