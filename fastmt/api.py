@@ -68,7 +68,7 @@ class TranslationModel:
     if unknown:
       raise FastmtError(f'Unknown decoding settings {unknown}; known: {sorted(_SETTING_NAMES)}')
     decode_settings = DecodeSettings(algorithm, **settings)  # an unknown algorithm is an error before the warning
-    for message in registry.ignored_settings(algorithm, settings):
+    for message in registry.ignored_settings(decode_settings, settings):
       warnings.warn(message, stacklevel=_first_frame_outside_this_module())  # the user's line
     return self._translator(decode_settings, clusters, draft_model)
 

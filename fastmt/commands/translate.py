@@ -120,13 +120,12 @@ def _algorithm() -> str:
   return registry.DEFAULT_ALGORITHM.get(workdir_lib.load_objective(FLAGS.workdir), 'greedy')
 
 
-def _warn_of_unused_flags(algorithm: str) -> None:
-  """A warning for each decoding flag given on the command line that this --algorithm does not use."""
+def _warn_of_unused_flags(settings) -> None:
+  """A warning for each decoding flag given on the command line that these settings do not use."""
   from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
-  for name, algorithms in registry.SETTING_ALGORITHMS.items():
-    if FLAGS[name].present and algorithm not in algorithms:
-      logging.warning('--%s has no effect with --algorithm %s (it acts on --algorithm %s)', name, algorithm,
-                      ', '.join(algorithms))
+  given = [name for name in registry.SETTING_ALGORITHMS if FLAGS[name].present]
+  for message in registry.ignored_settings(settings, given, flag_prefix='--'):
+    logging.warning(message)
   if FLAGS['clusters'].present and FLAGS.projection != 'clustered':
     logging.warning('--clusters has no effect without --projection clustered')
 
@@ -169,7 +168,7 @@ def main(argv):
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
                             drafter=FLAGS.drafter, ngram_memory=FLAGS.ngram_memory, ngram_pool=FLAGS.ngram_pool,
                             max_repeats=FLAGS.max_repeats)
-  _warn_of_unused_flags(algorithm)
+  _warn_of_unused_flags(settings)
   _check_drafter_workdir(algorithm)
   if FLAGS.float32_kernel and FLAGS.dtype != 'float32':
     raise FastmtError(f'--float32_kernel runs float32 products; --dtype is {FLAGS.dtype}')

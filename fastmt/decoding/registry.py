@@ -287,10 +287,22 @@ SETTING_ALGORITHMS = {'beam_size': ('beam', 'ib', 'hrt'), 'alpha': ('beam', 'ib'
                       'ngram_memory': ('spec',), 'ngram_pool': ('spec',), 'max_repeats': ('greedy', 'hrt')}
 
 
-def ignored_settings(algorithm: str, names) -> list[str]:
-  """For each of `names` (settings given explicitly) that `algorithm` ignores: a sentence saying so."""
-  return [f'{name} has no effect with algorithm {algorithm} (it acts on {", ".join(SETTING_ALGORITHMS[name])})'
-          for name in names if name in SETTING_ALGORITHMS and algorithm not in SETTING_ALGORITHMS[name]]
+# Algorithms whose beam_size 1 is a greedy search with no length penalty in it (beam's own beam of 1 is not
+# greedy: a finished hypothesis waits for the live one, ranked by the penalty, so alpha acts there).
+_GREEDY_AT_BEAM_1 = ('ib', 'hrt')
+
+
+def ignored_settings(settings, names, flag_prefix: str = '') -> list[str]:
+  """For each of `names` (settings given explicitly) that these DecodeSettings ignore: a sentence saying so.
+  flag_prefix '--': the sentence names command-line flags (decode.py's --alpha, --algorithm)."""
+  algorithm, p = settings.algorithm, flag_prefix
+  messages = [f'{p}{name} has no effect with {p}algorithm {algorithm} (it acts on {p}algorithm '
+              f'{", ".join(SETTING_ALGORITHMS[name])})'
+              for name in names if name in SETTING_ALGORITHMS and algorithm not in SETTING_ALGORITHMS[name]]
+  if 'alpha' in names and algorithm in _GREEDY_AT_BEAM_1 and settings.beam_size == 1:
+    messages.append(f'{p}alpha has no effect with {p}algorithm {algorithm} at {p}beam_size 1, a greedy search (the '
+                    f'length penalty ranks the hypotheses of {p}beam_size 2 or more)')
+  return messages
 
 
 # The algorithm that validation BLEU and a plain decode use for each objective's models.
