@@ -153,7 +153,7 @@ def _spec(step_fn, cache, batch, max_len, s, draft_table, caps, source=None, dra
   if s.drafter == 'model' and draft_model is None:
     raise FastmtError('--drafter model needs a drafter model (decode.py --drafter_workdir; draft_model= in fastmt)')
   if s.drafter == 'int8' and draft_model is None:
-    raise FastmtError('--drafter int8 needs the model\'s int8 copy, which a Translator builds (fastmt.Translator)')
+    raise FastmtError('--drafter int8 needs the model\'s int8 copy, which a Translator builds (fastmt.translate.Translator)')
   mask_id = None
   if s.drafter == 'self':
     if s.draft_mask_id is None:
