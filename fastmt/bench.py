@@ -29,6 +29,21 @@ from fastmt.translate import DecodeSettings, Translator
 from fastmt.errors import FastmtError
 
 DEFAULT_METHODS = ('greedy', 'beam:4', 'pj', 'pgj:3', 'pgj:5', 'hgj:3')
+# Without --methods, each model is benched with what it was trained for (an interleaved model decodes with ib
+# only, so the AT list would leave it nothing to run); an autoregressive model with DEFAULT_METHODS.
+OBJECTIVE_METHODS = {'interleaved': ('ib', 'ib:4'), 'hrt': ('greedy', 'beam:4', 'hrt', 'hrt:5:1'),
+                     'selfdraft': ('greedy', 'beam:4', 'spec:2', 'spec:3', 'spec:4')}
+
+
+def default_methods(workdirs) -> list[str]:
+  """The methods a bench of these work directories runs without --methods: each one's objective's (in order,
+  once each); build_translators then gives each model those of them it can decode."""
+  methods = []
+  for workdir in workdirs:
+    for method in OBJECTIVE_METHODS.get(workdir_lib.load_objective(workdir), DEFAULT_METHODS):
+      if method not in methods:
+        methods.append(method)
+  return methods
 
 
 def is_auto(label: str) -> bool:
@@ -418,7 +433,9 @@ def define_flags():
   flags.DEFINE_string('workdir', None, 'A train.py work directory.')
   cli.define_checkpoint_flag('The checkpoint (of --workdir and every --compare work directory)')
   flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to translate (never 40-43: not in any split).')
-  flags.DEFINE_list('methods', list(DEFAULT_METHODS),
+  flags.DEFINE_list('methods', None,
+                    'Default: each model\'s own, by the objective it was trained with (at: ' + ', '.join(DEFAULT_METHODS)
+                    + '; ' + '; '.join(f'{o}: {", ".join(m)}' for o, m in OBJECTIVE_METHODS.items()) + '). '
                     'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L], spec:W (own drafts; spec:W+bigram, +ngram, '
                     '+model, +pad; after +ngram, +bigram or +pad, +pool or +pool2 adds the trajectory pool: '
                     'spec:3+ngram+pool; spec:auto: the width that times fastest on validation sentences, 1 = greedy), '
@@ -487,7 +504,7 @@ def _check_counts() -> None:
                       ('limit', 0)):
     if FLAGS[name].value < least:
       raise FastmtError(f'--{name} must be >= {least}, got {FLAGS[name].value}')
-  for label in FLAGS.methods:
+  for label in FLAGS.methods or ():
     parse_method(label, allow_auto=True)  # a malformed method is an error before any model loads
   if FLAGS.output_dir:
     cli.check_output_directory(FLAGS.output_dir, '--output_dir')
@@ -506,12 +523,13 @@ def main(argv):
     sources, references = sources[:FLAGS.limit], references[:FLAGS.limit]
   if not sources:
     raise FastmtError(f'the {FLAGS.split} split has no sentences to translate')
-  if FLAGS.split == width.CALIBRATION_SPLIT and any(map(is_auto, FLAGS.methods)):
+  methods = FLAGS.methods or default_methods([FLAGS.workdir, *FLAGS.compare])
+  if FLAGS.split == width.CALIBRATION_SPLIT and any(map(is_auto, methods)):
     logging.warning('spec:auto times its widths on the %s split, which this bench also scores: its choice '
                     'has seen these sentences (the output is greedy\'s either way; the speed is not independent)',
                     FLAGS.split)
   results, environment, hypotheses = run_benchmark(
-      FLAGS.workdir, sources, references, FLAGS.methods, FLAGS.batch_size, FLAGS.speed_sentences,
+      FLAGS.workdir, sources, references, methods, FLAGS.batch_size, FLAGS.speed_sentences,
       FLAGS.large_batch_sentences, FLAGS.repeats, FLAGS.exactness_at_batch1, compare_workdirs=FLAGS.compare,
       checkpoint=FLAGS.checkpoint, drafter_workdir=FLAGS.drafter_workdir, bleu_tokenize=FLAGS.bleu_tokenize,
       float32_kernel=FLAGS.float32_kernel)

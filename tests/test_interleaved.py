@@ -544,6 +544,25 @@ def test_bench_method_names_of_the_new_decoders():
     parse_method('ib+bigram')
 
 
+def test_the_bench_without_methods_runs_each_models_own(tmp_path):
+  """fastmt-bench without --methods on an interleaved model ran the AT list, none of which decodes it: an error.
+  Each model now brings its objective's methods, and every default method parses and decodes its objective."""
+  from fastmt import bench, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
+  dirs = {}
+  for name in ('at', 'interleaved', 'hrt', 'selfdraft'):
+    dirs[name] = str(tmp_path / name)
+    (tmp_path / name).mkdir()
+    workdir_lib.save_objective(dirs[name], name)
+  (tmp_path / 'old').mkdir()  # a work directory from before objectives were recorded: autoregressive
+  assert bench.default_methods([str(tmp_path / 'old')]) == list(bench.DEFAULT_METHODS)
+  assert bench.default_methods([dirs['interleaved']]) == ['ib', 'ib:4']
+  assert bench.default_methods([dirs['at'], dirs['interleaved'], dirs['at']]) == [*bench.DEFAULT_METHODS, 'ib', 'ib:4']
+  assert 'hrt' in bench.default_methods([dirs['hrt']]) and 'spec:3' in bench.default_methods([dirs['selfdraft']])
+  for name, workdir in dirs.items():
+    assert all(registry.decodes(bench.parse_method(m)[1], name) for m in bench.default_methods([workdir]))
+
+
 def test_the_table_reads_each_rows_factorisation_from_results_json(tmp_path):
   """benchmarks/interleaved_table.py rebuilds the table from results.json alone (a GPU run's export comes back
   without its work directories): fastmt.bench records each row's objective; older files fall back to the run
