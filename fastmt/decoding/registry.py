@@ -296,7 +296,8 @@ def ignored_settings(settings, names, flag_prefix: str = '') -> list[str]:
   """For each of `names` (settings given explicitly) that these DecodeSettings ignore: a sentence saying so.
   flag_prefix '--': the sentence names command-line flags (decode.py's --alpha, --algorithm)."""
   algorithm, p = settings.algorithm, flag_prefix
-  messages = [f'{p}{name} has no effect with {p}algorithm {algorithm} (it acts on {p}algorithm '
+  acts_on = f'{p}algorithm ' if p else ''  # decode.py: '(it acts on --algorithm beam, ib)'; library: '(... on beam, ib)'
+  messages = [f'{p}{name} has no effect with {p}algorithm {algorithm} (it acts on {acts_on}'
               f'{", ".join(SETTING_ALGORITHMS[name])})'
               for name in names if name in SETTING_ALGORITHMS and algorithm not in SETTING_ALGORITHMS[name]]
   if 'alpha' in names and algorithm in _GREEDY_AT_BEAM_1 and settings.beam_size == 1:
