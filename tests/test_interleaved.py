@@ -247,17 +247,17 @@ def test_layout_end_rule_never_ends_with_a_word_after_an_eos():
   assert registry.ignored_settings(DecodeSettings('greedy'), ['end_rule'])  # said, not silently ignored
 
 
-def test_alpha_at_beam_size_1_of_ib_and_hrt_is_said_to_have_no_effect():
-  """ib and hrt at beam_size 1 are greedy searches: a length penalty given there does nothing, and is said so.
-  beam's beam of 1 ranks a finished hypothesis against the live one by the penalty: alpha acts there."""
+def test_alpha_at_beam_size_1_is_said_to_have_no_effect():
+  """beam, ib and hrt at beam_size 1 are greedy searches: a length penalty given there does nothing, and is said
+  so (beam 1 == greedy is tested in test_decoding and test_api)."""
   from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
   from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
-  for algorithm in ('ib', 'hrt'):
-    assert registry.ignored_settings(DecodeSettings(algorithm, alpha=1.0), ['alpha'], '--') == [
+  for algorithm in ('beam', 'ib', 'hrt'):
+    assert registry.ignored_settings(DecodeSettings(algorithm, beam_size=1, alpha=1.0), ['alpha'], '--') == [
         f'--alpha has no effect with --algorithm {algorithm} at --beam_size 1, a greedy search (the length penalty '
         'ranks the hypotheses of --beam_size 2 or more)']
     assert not registry.ignored_settings(DecodeSettings(algorithm, beam_size=3, alpha=1.0), ['alpha'])
-  assert not registry.ignored_settings(DecodeSettings('beam', beam_size=1, alpha=1.0), ['alpha'])
+  assert not registry.ignored_settings(DecodeSettings('beam', alpha=1.0), ['alpha'])  # beam_size 4
   assert not registry.ignored_settings(DecodeSettings('ib'), ['beam_size'])
 
 

@@ -287,9 +287,9 @@ SETTING_ALGORITHMS = {'beam_size': ('beam', 'ib', 'hrt'), 'alpha': ('beam', 'ib'
                       'ngram_memory': ('spec',), 'ngram_pool': ('spec',), 'max_repeats': ('greedy', 'hrt')}
 
 
-# Algorithms whose beam_size 1 is a greedy search with no length penalty in it (beam's own beam of 1 is not
-# greedy: a finished hypothesis waits for the live one, ranked by the penalty, so alpha acts there).
-_GREEDY_AT_BEAM_1 = ('ib', 'hrt')
+# Algorithms whose beam_size 1 is a greedy search: one hypothesis is never ranked against another, so the length
+# penalty does nothing (beam's: a hypothesis ending in EOS finishes only as the top candidate, which ends the row).
+_GREEDY_AT_BEAM_1 = ('beam', 'ib', 'hrt')
 
 
 def ignored_settings(settings, names, flag_prefix: str = '') -> list[str]:
