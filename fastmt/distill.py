@@ -8,6 +8,8 @@ The output directory holds `distilled.txt` (one teacher translation per training
 `manifest.json` (teacher, checkpoint step, decoding settings, a fingerprint of the sources, progress) and the
 teacher's `spm.model`. A student that trains on it uses the teacher's vocabulary (copied into its work
 directory); a student work directory that already has another vocabulary is an error, before any decoding.
+The teacher searches with beam search (`--beam_size 1`: greedy), an interleaved teacher with its own ib search
+at that beam size (teacher_settings).
 
 Resumable: translations are appended a chunk at a time, each chunk flushed and fsynced before the manifest
 records it; a restarted run truncates anything past the recorded count (a chunk cut short by a kill) and
@@ -79,13 +81,15 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
   manifest = {'teacher': os.path.realpath(teacher_workdir), 'teacher_step': step,
               'teacher_vocabulary': file_fingerprint(teacher_spm), 'settings': dataclasses.asdict(settings),
               'sources': len(sources), 'sources_fingerprint': fingerprint(sources)}
+  # Built before the output directory is touched: a teacher its objective cannot decode with these settings
+  # (an interleaved model with greedy) is refused without leaving a half-made directory behind.
+  translator = Translator(model_config, params, workdir_lib.load_tokenizer(teacher_workdir), settings,
+                          objective=workdir_lib.load_objective(teacher_workdir),
+                          objective_options=workdir_lib.load_objective_options(teacher_workdir))
   os.makedirs(output_dir, exist_ok=True)
   done = _resume_point(output_dir, manifest)
   at_cap = [] if done == 0 else [i for i in recorded_outputs_at_cap(output_dir) if i < done]
   shutil.copyfile(teacher_spm, os.path.join(output_dir, workdir_lib.TOKENIZER_FILE))
-  translator = Translator(model_config, params, workdir_lib.load_tokenizer(teacher_workdir), settings,
-                          objective=workdir_lib.load_objective(teacher_workdir),
-                          objective_options=workdir_lib.load_objective_options(teacher_workdir))
 
   start, written, empty, chunks = time.perf_counter(), 0, 0, 0
   with open(os.path.join(output_dir, DISTILLED_FILE), 'a', encoding='utf-8') as out:
@@ -104,6 +108,16 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
       _write_manifest(output_dir, {**manifest, 'done': done, OUTPUTS_AT_CAP: at_cap})
       log(f'distilled {done}/{len(sources)} sentences ({time.perf_counter() - start:.0f} s)')
   return DistillResult(written, done, empty, time.perf_counter() - start, len(at_cap))
+
+
+def teacher_settings(objective: str, beam_size: int, alpha: float) -> DecodeSettings:
+  """How the CLI's teacher translates: beam search (greedy at beam_size 1), the left-to-right search every
+  autoregressive decoder (at, hrt, selfdraft) has; an interleaved teacher, which has no left-to-right search,
+  with its own ib search at the same beam size (a greedy search at 1)."""
+  search = 'ib' if objective == 'interleaved' else 'beam'
+  if beam_size == 1:  # alpha ranks nothing in a greedy search: left at its default, it cannot block a resume
+    return DecodeSettings('ib' if search == 'ib' else 'greedy')
+  return DecodeSettings(search, beam_size=beam_size, alpha=alpha)
 
 
 def _with_new_defaults(settings: dict) -> dict:
@@ -173,7 +187,7 @@ def define_flags():
                       '\'train[:8000]\' (the split a student trains on, its config.dataset.train_split). Default: '
                       'the split the teacher trained on.')
   flags.DEFINE_string('student_workdir', None, 'Optional: a student work directory whose vocabulary must match.')
-  flags.DEFINE_integer('beam_size', 4, 'Teacher beam size (1 = greedy).')
+  flags.DEFINE_integer('beam_size', 4, 'Teacher beam size (1 = greedy; an interleaved teacher searches with ib).')
   flags.DEFINE_float('alpha', 0.6, 'Beam length penalty.')
   flags.DEFINE_integer('batch_size', 32, 'Sentences per batch.')
   flags.DEFINE_integer('chunk_sentences', 1024, 'Sentences per fsynced chunk (the unit of resumption).')
@@ -187,9 +201,9 @@ def main(argv):
   config = workdir_lib.load_train_config(FLAGS.teacher)
   split = split_to_distil(FLAGS.split, config.dataset)
   sources = corpus.load_split(config.dataset, split).sources
-  print(f'distilling {len(sources)} sources of {config.dataset.name} {split!r}')
-  settings = (DecodeSettings('greedy') if FLAGS.beam_size == 1 else
-              DecodeSettings('beam', beam_size=FLAGS.beam_size, alpha=FLAGS.alpha))
+  settings = teacher_settings(workdir_lib.load_objective(FLAGS.teacher), FLAGS.beam_size, FLAGS.alpha)
+  print(f'distilling {len(sources)} sources of {config.dataset.name} {split!r} with {settings.algorithm}'
+        + (f', beam {settings.beam_size}' if settings.beam_size > 1 else ''))
   result = distill(FLAGS.teacher, sources, FLAGS.output_dir, settings, FLAGS.batch_size, FLAGS.chunk_sentences,
                    FLAGS.student_workdir, log=print, checkpoint=FLAGS.checkpoint)
   print(f'{result.total}/{len(sources)} sentences distilled into {FLAGS.output_dir} '

@@ -406,6 +406,33 @@ def test_decode_py_without_an_algorithm_translates_an_interleaved_model_with_ib(
   assert json.loads((tmp_path / 'metrics.json').read_text())['settings']['algorithm'] == 'ib'
 
 
+@pytest.mark.xdist_group('interleaved_model')
+def test_an_interleaved_teacher_distils_with_ib_and_a_refused_one_leaves_no_directory(interleaved_workdir,
+                                                                                        tmp_path):
+  """fastmt-distill's teacher searches with the algorithm its objective has: beam (greedy at beam 1) for the
+  left-to-right decoders, ib for an interleaved one (it searched with beam or greedy, which an interleaved model
+  refuses, after making the output directory)."""
+  import fastmt  # pylint: disable=g-import-not-at-top
+  from fastmt import distill  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
+  workdir, _ = interleaved_workdir
+  assert distill.teacher_settings('interleaved', 1, 0.6) == DecodeSettings('ib')
+  assert distill.teacher_settings('interleaved', 4, 0.6) == DecodeSettings('ib', beam_size=4, alpha=0.6)
+  assert distill.teacher_settings('hrt', 1, 1.0) == DecodeSettings('greedy')
+  assert distill.teacher_settings('at', 4, 1.0) == DecodeSettings('beam', beam_size=4, alpha=1.0)
+  sources = ['In the beginning God created the heaven and the earth.', '', 'And God saw the light.']
+  refused = tmp_path / 'refused'
+  with pytest.raises(FastmtError, match="trained with 'interleaved'; its algorithms: ib"):
+    distill.distill(workdir, sources, str(refused), DecodeSettings('greedy'))
+  assert not refused.exists()
+  output = tmp_path / 'kd'
+  result = distill.distill(workdir, sources, str(output), distill.teacher_settings('interleaved', 2, 0.6),
+                           batch_size=2, chunk_sentences=2)
+  assert (result.total, result.empty_sources) == (3, 1)
+  written = (output / distill.DISTILLED_FILE).read_text(encoding='utf-8').split('\n')[:-1]
+  assert written == [distill.one_line(t) for t in fastmt.load(workdir).translate(sources, beam_size=2)]
+
+
 def test_fine_tuning_an_at_model_into_ib_and_im(trained_workdir, tiny_config, tmp_path):
   """An AT model fine-tunes into IBDecoder (the same parameters) and into IMDecoder, whose direction embeddings
   it lacks: they start at zero, every other parameter as the AT model's, and the result translates with ib."""
