@@ -405,6 +405,17 @@ def _cpu_model() -> str:
   return platform.processor()
 
 
+def no_baseline_note(labels) -> str | None:
+  """Why the identity and speed-up columns are blank when no row is --workdir's greedy (they are relative to it):
+  an interleaved model, which has no greedy search, benched alone or as the --workdir of a comparison."""
+  if 'greedy' in labels:
+    return None
+  others = [label for label in labels if label.rpartition('/')[2] == 'greedy']
+  where = (f'the greedy rows ({", ".join(others)}) are of --compare\'s models: give that model as --workdir'
+           if others else 'bench it beside an autoregressive model of the same data: --workdir AT --compare THIS')
+  return f'No greedy row of --workdir\'s model: the "= greedy" and speed-up columns, relative to it, are blank; {where}'
+
+
 def format_table(results, batch_size: int = 32) -> str:
   """Markdown table of MethodResults; speed-ups and identity are relative to the baseline (greedy)."""
   b = batch_size
@@ -536,11 +547,14 @@ def main(argv):
   table = format_table(results, FLAGS.batch_size)
   print(table)
   print(json.dumps(environment, indent=1))
+  note = no_baseline_note([r.method for r in results])
+  if note:
+    logging.warning(note)
   # Written before the floor pass, so a failure there loses nothing.
   write_outputs(FLAGS.output_dir, results, environment, hypotheses, table)
   if FLAGS.floor and not FLAGS.speed_sentences:
     logging.warning('--floor needs batch-1 timing: skipped with --speed_sentences 0')
-  elif FLAGS.floor:
+  elif FLAGS.floor and not note:  # the floor prices greedy's calls: nothing to price without its row (said above)
     environment['greedy_floor'] = _greedy_floor(FLAGS.workdir, sources, results)
     print(json.dumps(environment['greedy_floor'], indent=1))
     write_outputs(FLAGS.output_dir, results, environment, hypotheses, table)

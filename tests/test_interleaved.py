@@ -590,6 +590,15 @@ def test_the_bench_without_methods_runs_each_models_own(tmp_path):
     assert all(registry.decodes(bench.parse_method(m)[1], name) for m in bench.default_methods([workdir]))
 
 
+def test_the_bench_says_why_an_interleaved_models_speed_ups_are_blank():
+  """The speed-up columns are relative to --workdir's greedy, which an interleaved model has not: the bench says
+  so, and how to get them, instead of leaving blank columns unexplained."""
+  from fastmt import bench  # pylint: disable=g-import-not-at-top
+  assert bench.no_baseline_note(['greedy', 'beam:4', 'ib_small/ib']) is None
+  assert '--workdir AT --compare THIS' in bench.no_baseline_note(['ib', 'ib:4'])
+  assert 'at_small/greedy' in bench.no_baseline_note(['ib', 'at_small/greedy', 'at_small/beam:4'])
+
+
 def test_the_table_reads_each_rows_factorisation_from_results_json(tmp_path):
   """benchmarks/interleaved_table.py rebuilds the table from results.json alone (a GPU run's export comes back
   without its work directories): fastmt.bench records each row's objective; older files fall back to the run
