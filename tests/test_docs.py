@@ -172,3 +172,23 @@ def test_every_method_and_algorithm_in_the_docs_parses():
           problems.append(f'{doc}: {tool} --algorithm {value}: not one of {sorted(registry.ALGORITHMS)}')
   assert checked >= 30, checked
   assert not problems, '\n'.join(problems)
+
+
+def test_every_variable_a_doc_sets_for_a_benchmark_script_is_read_by_it():
+  """`ROWS= STEPS=800 bash benchmarks/hrt.sh`: a variable the script no longer reads (renamed) is dropped without
+  a word, and the run silently does something else. The environment of the programs it runs counts as read:
+  fastmt's own variables (FASTMT_CACHE) and jax's."""
+  fastmt_reads = ''.join(p.read_text(encoding='utf-8') for p in (REPO / 'fastmt').rglob('*.py'))
+  checked, problems = 0, []
+  for doc in DOCS:
+    text = re.sub(r'\\\n\s*', ' ', doc.read_text(encoding='utf-8'))
+    for match in re.finditer(r'((?:[A-Z_]{2,}=(?:"[^"]*"|\'[^\']*\'|\S*)\s+)+)bash (benchmarks/\w+\.sh)', text):
+      script = REPO / match.group(2)
+      read = script.read_text(encoding='utf-8') + (REPO / 'benchmarks' / 'lib.sh').read_text(encoding='utf-8')
+      for name in re.findall(r'([A-Z_]{2,})=', re.sub(r'"[^"]*"|\'[^\']*\'', '', match.group(1))):
+        checked += 1
+        if not (re.search(rf'\b{name}\b', read) or name.startswith(('JAX_', 'XLA_'))
+                or re.search(rf"environ(?:\.get\(|\[)'{name}'", fastmt_reads)):
+          problems.append(f'{doc.name}: {match.group(2)} does not read {name}')
+  assert checked >= 20, checked
+  assert not problems, '\n'.join(problems)
