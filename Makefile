@@ -1,6 +1,7 @@
 # The two commands of README.md. Both create .venv and install the pinned dependencies first.
 #   make demo   train the quickstart model on the built-in Bible corpus, translate the test set with every
-#               method, print the table (32 minutes on 2 CPU cores on 2026-11-27: 24-27 to train)
+#               method it decodes (DEMO_METHODS), print the table (32 minutes on 2 CPU cores on 2026-11-27:
+#               24-27 to train; 96 on 2026-11-28's slower 2 cores, docs/BENCHMARKS.md section 1)
 #   make test   run the test suite (CPU only, no downloads; one pytest worker per CPU, at most 8 so that a big
 #               machine's memory is not split too thin, since compiling is single-threaded: 25 minutes on
 #               the 2 slow cores of 2026-11-25)
@@ -18,6 +19,10 @@ WORKDIR ?= runs/quickstart
 #   make demo WORKDIR=runs/smoke TRAIN_FLAGS=--config.num_train_steps=100 BENCH_FLAGS=--limit=64
 TRAIN_FLAGS ?=
 BENCH_FLAGS ?=
+# Every method the one trained model decodes without another model: greedy, beam 4, the Jacobi decoders, exact
+# speculative decoding with n-gram drafts and with its own int8 copy drafting, and 8-bit greedy. (ib, hrt and
+# self-drafting need models trained for them: benchmarks/interleaved.sh, hrt.sh, spec.sh.)
+DEMO_METHODS ?= greedy,beam:4,pj,pgj:3,pgj:5,hgj:3,spec:3+ngram,spec:3+int8,greedy@int8
 NOTEBOOK_JOBS ?= 2
 
 .PHONY: setup demo test notebooks clean
@@ -33,7 +38,7 @@ setup: $(VENV)/.installed
 
 demo: setup
 	$(PY) train.py --config configs/quickstart.py --workdir $(WORKDIR) $(TRAIN_FLAGS)
-	$(PY) -m fastmt.bench --workdir $(WORKDIR) --split test --exactness_at_batch1=false \
+	$(PY) -m fastmt.bench --workdir $(WORKDIR) --split test --exactness_at_batch1=false --methods $(DEMO_METHODS) \
 	    --large_batch_sentences 128 --output_dir $(WORKDIR)/bench $(BENCH_FLAGS)
 
 # jax's persistent compilation cache for the tests and notebooks: they compile the same programs (the same model,
