@@ -345,7 +345,7 @@ def test_direction_embeddings_are_off_by_default_and_required_when_on():
     model.apply({'params': params}, dummy, dummy)
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')  # once a worker (test_multidevice's eight_devices says why not module)
 def interleaved_workdir(tmp_path_factory, tiny_config):
   """A tiny IB+SA (2, 2) model trained for a few steps on the Genesis fixture."""
   import ml_collections  # pylint: disable=g-import-not-at-top

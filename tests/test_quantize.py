@@ -103,7 +103,7 @@ def test_quantized_model_is_close_to_float_and_cached_equals_uncached(rng, dtype
                              rtol=tolerance)
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')  # once a worker (test_multidevice's eight_devices says why not module)
 def int8_parts(trained_workdir):
   config = workdir_lib.load_model_config(trained_workdir)
   params, _ = workdir_lib.restore_params(trained_workdir, config)

@@ -25,7 +25,7 @@ from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')  # once a worker (test_multidevice's eight_devices says why not module)
 def model_parts(trained_workdir):
   config = workdir_lib.load_model_config(trained_workdir)
   params, _ = workdir_lib.restore_params(trained_workdir, config)
