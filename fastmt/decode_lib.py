@@ -180,12 +180,7 @@ def iter_lines(path: str, errors: str = 'strict', counts: InputCounts | None = N
 
 
 def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
-  # stdin's text wrapper is held here with its buffer: decode.py reads in a daemon thread
-  # (streaming.available_chunks) that waits in a read holding the buffer's lock. Were the wrapper freed at
-  # the interpreter's exit (after Ctrl-C or SIGTERM), closing it would take that lock: 'Fatal Python error:
-  # _enter_buffered_busy', status 134 instead of 130 or 143. A live thread's frame keeps what it holds.
-  text_stdin = sys.stdin if path == '-' else None  # pylint: disable=unused-variable
-  stream = text_stdin.buffer if path == '-' else open(path, 'rb')  # pylint: disable=consider-using-with
+  stream = sys.stdin.buffer if path == '-' else open(path, 'rb')  # pylint: disable=consider-using-with
   name = 'stdin' if path == '-' else path
   head = b''  # the first line's first bytes: a gzip or UTF-16 file is named as one
   try:

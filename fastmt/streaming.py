@@ -13,6 +13,7 @@ the rest of a stream itself after stopping should give this only the items it wa
 """
 
 import queue
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
@@ -40,6 +41,12 @@ def available_chunks(items: Iterable[T], max_items: int) -> Iterator[list[T]]:
   stopped = threading.Event()
 
   def read():
+    # The reader holds stdin's text wrappers for as long as it lives. It may be waiting in a read of stdin (a
+    # pipe, a terminal) holding its buffer's lock when the program ends (Ctrl-C, SIGTERM, an error); the
+    # interpreter then frees sys.stdin, and closing it would take that lock: 'Fatal Python error:
+    # _enter_buffered_busy', exit status 134, where the program meant 130, 143 or its own. What a live
+    # thread's frame holds is never freed.
+    stdin_wrappers = (sys.stdin, sys.__stdin__)  # pylint: disable=unused-variable
     try:
       for item in items:
         if stopped.is_set():  # the consumer has gone: take nothing more from the source

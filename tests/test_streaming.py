@@ -75,3 +75,27 @@ def test_a_consumer_that_stops_early_stops_the_reader_and_leaves_the_rest_of_the
   reader.join(timeout=30)
   assert not reader.is_alive()
   assert len(taken) <= taken_when_closed + 1  # at most the item it was reading when the consumer left
+
+
+@pytest.mark.parametrize('source', ['sys.stdin', '(line for line in sys.stdin.buffer)'])
+def test_a_program_that_ends_while_the_reader_waits_on_stdin_exits_with_its_own_status(source):
+  """The reader waits in a read of stdin (a pipe kept open) when the program ends: its exit status is its own,
+  not 134 from 'Fatal Python error: _enter_buffered_busy' (the interpreter closing the stdin that the reader's
+  read holds locked; decode.py hit it on Ctrl-C and SIGTERM)."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  program = (f'import sys\nfrom fastmt.streaming import available_chunks\n'
+             f'chunks = available_chunks({source}, 4)\nprint(next(chunks), flush=True)\n'
+             'import time; time.sleep(0.3)  # the reader is back in its read of the open pipe\nsys.exit(3)\n')
+  process = subprocess.Popen([sys.executable, '-c', program], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+  process.stdin.write(b'first line\n')
+  process.stdin.flush()  # and kept open: the reader waits for a second line
+  try:
+    process.wait(timeout=60)  # not communicate(), which would close stdin: the reader would see its end
+    stderr = process.stderr.read()
+  finally:
+    process.kill()
+    process.stdin.close()
+  assert process.returncode == 3, stderr.decode()
+  assert b'Fatal Python error' not in stderr
