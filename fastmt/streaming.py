@@ -46,7 +46,7 @@ def available_chunks(items: Iterable[T], max_items: int) -> Iterator[list[T]]:
     # interpreter then frees sys.stdin, and closing it would take that lock: 'Fatal Python error:
     # _enter_buffered_busy', exit status 134, where the program meant 130, 143 or its own. What a live
     # thread's frame holds is never freed.
-    stdin_wrappers = (sys.stdin, sys.__stdin__)  # pylint: disable=unused-variable
+    stdin_wrappers = (sys.stdin, sys.__stdin__)  # noqa: F841  # pylint: disable=unused-variable
     try:
       for item in items:
         if stopped.is_set():  # the consumer has gone: take nothing more from the source
