@@ -19,8 +19,8 @@ from fastmt import api, clusters_lib, train_lib, workdir as workdir_lib
 pytestmark = pytest.mark.xdist_group('eight_devices')
 
 
-# Session, not module: a pytest-xdist worker interleaves modules, and a module fixture is built again each time the
-# worker comes back to its module (the 8-device run twice, 38 s each, in a timed `make test`).
+# Session, not module: a module fixture is built again each time a worker comes back to its module from another
+# one's tests; this one is built once a worker whatever the order.
 @pytest.fixture(scope='session')
 def eight_devices(trained_workdir, tmp_path_factory):
   out = tmp_path_factory.mktemp('multidevice')
