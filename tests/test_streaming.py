@@ -81,7 +81,8 @@ def test_a_consumer_that_stops_early_stops_the_reader_and_leaves_the_rest_of_the
 def test_a_program_that_ends_while_the_reader_waits_on_stdin_exits_with_its_own_status(source):
   """The reader waits in a read of stdin (a pipe kept open) when the program ends: its exit status is its own,
   not 134 from 'Fatal Python error: _enter_buffered_busy' (the interpreter closing the stdin that the reader's
-  read holds locked; decode.py hit it on Ctrl-C and SIGTERM)."""
+  read holds locked; decode.py hit it on Ctrl-C and SIGTERM). A generator over sys.stdin.buffer is the case that
+  aborted (-6) before the reader held stdin itself; sys.stdin as the source is held as `items` either way."""
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   program = (f'import sys\nfrom fastmt.streaming import available_chunks\n'
