@@ -1,5 +1,6 @@
 """Greedy and beam search on stub logits with exact expected outputs, and beam 1 == greedy on real models."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ from fastmt import models, precision, roofline
 from fastmt.decoding import beam, greedy, step
 from fastmt.decoding.step import BOS_ID, EOS_ID
 
-A, B, C, D = 5, 6, 7, 8
+A, B, C, D, E = 5, 6, 7, 8, 9
 
 
 def test_greedy_follows_the_chain_then_pads_after_eos():
@@ -125,6 +126,45 @@ def test_beam_size_one_equals_greedy_on_random_models(seed):
   g = greedy.greedy_search(step_fn, models.init_cache(model.config, 3, 16), 3, 16)
   b = beam.beam_search(step_fn, models.init_cache(model.config, 3, 16), 3, 1, 16)
   np.testing.assert_array_equal(b.tokens, g.tokens)
+
+
+@pytest.mark.parametrize('seed', range(3))
+def test_beam_hypotheses_score_what_the_model_scores_them_without_a_cache(seed):
+  """Beam > 1 moves each beam's cache rows to its new parent after every step: every returned hypothesis's
+  log-probability is the model's own teacher-forced score of it, computed without a cache. (Beam 1 never
+  reorders, and the stub steps ignore the cache: without the reorder a beam reads its sibling's keys.)"""
+  model, params = random_model(seed)
+  rng = np.random.default_rng(seed)
+  n, k, cap = 2, 3, 9
+  source = jnp.array(rng.integers(4, 40, (n, 6)))
+  step_fn = model_step(model, params, jnp.repeat(source, k, axis=0))
+  out, log_probs = beam.beam_search_top(step_fn, models.init_cache(model.config, n * k, cap), n, k, cap, top=k,
+                                        alpha=0.0)
+  tokens = np.asarray(out.tokens)
+  assert all(len({tuple(row) for row in sentence}) == k for sentence in tokens)  # k different hypotheses each
+  for b in range(n):
+    for h in range(k):
+      hypothesis = tokens[b, h]
+      length = int(step.output_lengths(jnp.asarray(hypothesis[None]))[0]) if EOS_ID in hypothesis else cap
+      inputs = jnp.asarray([[BOS_ID] + hypothesis[:length - 1].tolist()])
+      logits = model.apply({'params': params}, source[b:b + 1], inputs)[0]
+      scores = jax.nn.log_softmax(logits)[jnp.arange(length), hypothesis[:length]]
+      np.testing.assert_allclose(float(scores.sum()), float(log_probs[b, h]), rtol=1e-4, atol=1e-4)
+
+
+def test_the_length_penalty_decides_between_a_short_and_a_long_hypothesis():
+  """A EOS has log-probability -1.0, B C D EOS -1.1: plain log-probability (alpha 0) keeps the short one, the
+  GNMT penalty with alpha 1 the long one (-1.0 / (7 / 6) = -0.857 against -1.1 / (9 / 6) = -0.733)."""
+  p = np.zeros((VOCAB, VOCAB))
+  p[BOS_ID, A], p[BOS_ID, B] = np.exp(-1.0), np.exp(-1.1)
+  p[BOS_ID, E] = 1.0 - p[BOS_ID].sum()
+  p[A, EOS_ID] = p[B, C] = p[C, D] = p[D, EOS_ID] = p[E, EOS_ID] = 1.0
+  short = beam.beam_search(markov_probs_step(p), stub_cache(2, 8), 1, 2, 8, alpha=0.0)
+  np.testing.assert_array_equal(short.tokens[0, :2], [A, EOS_ID])
+  long = beam.beam_search(markov_probs_step(p), stub_cache(2, 8), 1, 2, 8, alpha=1.0)
+  np.testing.assert_array_equal(long.tokens[0, :4], [B, C, D, EOS_ID])
+  _, scores = beam.beam_search_top(markov_probs_step(p), stub_cache(2, 8), 1, 2, 8, top=2, alpha=1.0)
+  np.testing.assert_allclose(scores, [[-1.1, -1.0]], atol=1e-5)  # plain log-probabilities, best (ranked) first
 
 
 def test_pad_after_eos_and_output_lengths():
