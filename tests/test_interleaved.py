@@ -332,6 +332,51 @@ def test_cached_interleaved_decoding_equals_the_training_pass(h, c, positions, e
     np.testing.assert_allclose(np.asarray(logits), np.asarray(full[:, sl]), atol=2e-4)
 
 
+@pytest.mark.parametrize('h,c,positions,embeddings,relative', [
+    (2, 1, 'signed', False, 0), (2, 2, 'signed', False, 0), (4, 1, 'step', True, 0), (1, 2, 'vanilla', False, 0),
+    (2, 2, 'signed', False, 3)])
+def test_the_greedy_decoders_calls_are_the_training_layouts(h, c, positions, embeddings, relative):
+  """interleaved_greedy on a real model (EOS masked, so every row runs 3 full steps): each of its decoder calls
+  gives the training pass's logits for the words it returns, given them as the target, slot for slot. So the
+  decoder feeds every call the positions, mask, directions and cache offsets of the objective's layout (the
+  test above builds those calls itself). The calls' logits are recorded from inside the loop: a random model
+  mostly copies its input token, so comparing argmaxes alone would not see a wrong mask or position."""
+  config = tiny_model_config(num_directions=h if embeddings else 0, relative_key_distance=relative)
+  layout = order.Interleaving(h, c, positions=positions, direction_embeddings=embeddings,
+                              start_ids=tuple(range(10, 10 + h * c)))
+  model, params = random_model(4, config)
+  if relative:
+    params = with_random_relative_keys(params)
+  source = jnp.array([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
+  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+  memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+  no_eos = lambda logits: logits.at[..., EOS_ID].set(-1e9)
+  calls = {}
+
+  def record(offsets, logits):
+    calls[int(offsets[0])] = np.asarray(logits)
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, directions=None):
+    logits, _, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache, write_offsets,
+                                   directions=directions, method=models.Transformer.decode)
+    jax.debug.callback(record, write_offsets, logits, ordered=True)
+    return no_eos(logits), cache
+  z = h * c
+  length = 3 * z
+  out = interleaved_greedy(step_fn, models.init_cache(config, 2, length), 2, length, layout)
+  words = np.asarray(out.tokens)
+  assert (words > EOS_ID).all() and np.asarray(out.decoder_calls).tolist() == [3, 3]
+  target = jnp.asarray(np.concatenate([words, np.full((2, 1), EOS_ID)], axis=1))
+  fields = objective.reordered_batch({'source': source, 'decoder_input': target, 'target': target}, layout)
+  full = np.asarray(model.apply({'params': params}, source, fields['decoder_input'], fields['positions'],
+                                fields['self_mask'], directions=fields.get('directions')))
+  assert sorted(calls) == [0, z, 2 * z]
+  for offset, logits in calls.items():
+    np.testing.assert_allclose(logits, full[:, offset:offset + z], atol=2e-4)
+  predicted = np.asarray(jnp.argmax(no_eos(jnp.asarray(full)), axis=-1))[:, :length]
+  np.testing.assert_array_equal(predicted, np.asarray(fields['target'])[:, :length])
+
+
 def test_direction_embeddings_are_off_by_default_and_required_when_on():
   assert tiny_model_config().num_directions == 0
   model, params = random_model(0)
