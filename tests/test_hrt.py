@@ -130,6 +130,29 @@ def test_two_stage_beam_returns_the_oracle():
   assert (np.asarray(out.tokens) == natural).all()
 
 
+def test_stage_two_scores_decide_between_stage_one_hypotheses():
+  """RoyalFlush Eq. 2: stage I's best hypothesis (A EOS, log 0.6) gets flat stage-II logits at its masks, the
+  runner-up (B EOS, log 0.4) confident ones. With b_nat = 2 both go through stage II and the runner-up's total
+  wins; with b_nat = 1 only the best does. (The oracle test above cannot tell: there every stage II agrees.)"""
+  A, B, C, D = 11, 12, 13, 14
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None):
+    rows, width = tokens.shape
+    if width == 1:  # stage I: after <bos_k> A (0.6) or B (0.4); after a word EOS
+      after_start = jnp.full((rows, 16), -30.0).at[:, A].set(np.log(0.6)).at[:, B].set(np.log(0.4))
+      after_word = jnp.full((rows, 16), -30.0).at[:, EOS_ID].set(0.0)
+      logits = jnp.where((positions == 0)[:, :1], after_start, after_word)[:, None]
+    else:  # stage II over (M, z1, M, EOS): sure of C then EOS after B, nearly flat (D by a hair) after A
+      sure = one_hot_logits(jnp.where(jnp.arange(width) == 0, C, EOS_ID))[None]
+      flat = jnp.zeros((1, width, 16)).at[..., D].set(0.1)
+      logits = jnp.where((tokens[:, 1] == B)[:, None, None], sure, flat)
+    return (logits if project is None else logits[:, project]), cache
+  both = hrt_decode(step_fn, stub_cache(2, 8), 1, 8, 2, MASK_ID, BOS_K, beam_size=2, nat_beam_size=2)
+  assert np.asarray(both.tokens)[0, :3].tolist() == [C, B, EOS_ID]
+  best_only = hrt_decode(step_fn, stub_cache(2, 8), 1, 8, 2, MASK_ID, BOS_K, beam_size=2, nat_beam_size=1)
+  assert np.asarray(best_only.tokens)[0, :4].tolist() == [D, A, D, EOS_ID]
+
+
 def test_stage_two_eos_inside_a_chunk_truncates_and_caps_bound_stage_one():
   """Stage II predicting EOS (once or several times) cuts the output at the first; a row's stage I makes at
   most cap // k calls, so stage II never exceeds the cap (a source at the maximum length)."""
@@ -314,6 +337,51 @@ def test_stage_two_on_the_used_length_equals_the_full_pass(m, k, lengths, relati
   bucketed = two_pass.fill_masks_bucketed(step_fn, cache, jnp.asarray(skip), k, mask_id)
   np.testing.assert_array_equal(bucketed[0], full[0])
   np.testing.assert_allclose(bucketed[1], full[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('k, relative', [(2, 0), (3, 0), (2, 3)])
+def test_both_stages_call_the_model_as_the_skip_tasks_train_it(k, relative):
+  """hrt_decode on a real model: every stage-I call gives the logits of the Skip-AT training row of its output,
+  and the stage-II call those of the Skip-CMLM row (hrt_batch: <bos_k>, positions 0, k, 2k, ..., causal; masks
+  before every stage-I token, positions 1 .. L, bidirectional). Logits recorded from inside the loops (a
+  random model mostly copies its input token, so its outputs alone would not show a wrong mask or position).
+  Stage I's EOS is forced at its fourth call, so that both rows end there as the training target does."""
+  from conftest import random_model, select_positions, tiny_model_config, with_random_relative_keys  # pylint: disable=g-import-not-at-top
+  from fastmt import models  # pylint: disable=g-import-not-at-top
+  config = tiny_model_config(relative_key_distance=relative)
+  model, params = random_model(5, config)
+  if relative:
+    params = with_random_relative_keys(params)
+  source = jnp.array([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
+  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+  memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+  calls = []
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None):
+    logits, _, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache, write_offsets,
+                                   method=models.Transformer.decode)
+    jax.debug.callback(lambda offsets, logits: calls.append((int(offsets[0]), np.asarray(logits))), write_offsets,
+                       logits, ordered=True)
+    if tokens.shape[1] == 1:  # stage I: words until the input at position 3k, then EOS
+      logits = logits.at[..., EOS_ID].set(jnp.where(positions >= 3 * k, 1e9, -1e9))
+    return (logits if project is None else select_positions(logits, project)), cache
+  out = hrt_decode(step_fn, models.init_cache(config, 2, 4 * k), 2, 4 * k, k, MASK_ID, BOS_K)
+  assert np.asarray(out.decoder_calls).tolist() == [5, 5]  # 4 stage-I calls and stage II
+  stage_one = np.stack([logits[:, 0] for _, logits in calls[:4]], axis=1)  # [B, 4, V]
+  skip_tokens = np.concatenate([np.argmax(stage_one[:, :3], -1), np.full((2, 1), EOS_ID)], axis=1)
+  assert (skip_tokens[:, :3] > EOS_ID).all()
+  # The training target whose chunks end in these tokens (what precedes them in a chunk is masked in training).
+  target = np.zeros((2, 4 * k), np.int32)
+  target[:, k - 1::k] = skip_tokens
+  target[:, np.arange(4 * k) % k != k - 1] = 7
+  batch = {'source': source, 'target': jnp.asarray(target),
+           'decoder_input': jnp.asarray(np.concatenate([np.full((2, 1), BOS_ID), target[:, :-1]], axis=1))}
+  fields = hrt.hrt_batch(batch, 0, hrt.HrtOptions(chunk_size=k, curriculum=False), MASK_ID, BOS_K)
+  full = np.asarray(model.apply({'params': params}, fields['source'], fields['decoder_input'], fields['positions'],
+                                fields['self_mask']))
+  np.testing.assert_allclose(stage_one, full[:2, :4], atol=2e-4)  # Skip-AT rows
+  assert [offset for offset, _ in calls] == [0, 1, 2, 3, 0] and calls[4][1].shape[1] == 4 * k
+  np.testing.assert_allclose(calls[4][1], full[2:], atol=2e-4)  # Skip-CMLM rows
 
 
 def recording_writes(step_fn, log):
