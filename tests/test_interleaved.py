@@ -300,6 +300,31 @@ def test_beam_prefers_the_better_sum_over_the_greedy_first_slot():
   assert np.asarray(beam.tokens)[0].tolist()[:3] == [6, 7, EOS_ID]
 
 
+@pytest.mark.parametrize('bad', [{13: np.nan}, {13: np.inf}, {13: np.inf, 15: np.nan}])
+def test_beam_takes_greedys_token_where_a_slots_logits_hold_nan_or_inf(bad):
+  """As beam search does (docs/API.md): a slot whose logits hold NaN or +inf has no distribution; its
+  log-softmax was NaN in every entry, and the beam lost the sentence. Now greedy's token at any beam size."""
+  layout = layout_of(2, 1)
+  override = np.zeros(VOCAB, np.float32)
+  for token, value in bad.items():
+    override[token] = value
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, directions=None):
+    rows = tokens.shape[0]
+    step = (write_offsets // 2)[:, None, None]
+    words = one_hot_logits(jnp.array([[11, 12], [0, 14], [EOS_ID, EOS_ID]]))  # [step, slot, V]
+    logits = jnp.where(step == 0, words[0], jnp.where(step == 1, words[1], words[2]))
+    logits = logits.at[:, 0].set(jnp.where(step[:, 0] == 1, jnp.asarray(override), logits[:, 0]))
+    return jnp.broadcast_to(logits, (rows, 2, VOCAB)), cache
+
+  greedy = interleaved_greedy(step_fn, stub_cache(1, 8), 1, 8, layout)
+  chosen = int(np.argmax(np.isnan(override)) if np.isnan(override).any() else np.argmax(override))  # argmax's
+  assert np.asarray(greedy.tokens)[0, :5].tolist() == [11, chosen, 14, 12, EOS_ID]
+  for beam_size in (2, 3):
+    beam = interleaved_beam(step_fn, stub_cache(beam_size, 8), 1, beam_size, 8, layout)
+    np.testing.assert_array_equal(beam.tokens, greedy.tokens)
+
+
 @pytest.mark.parametrize('h,c,positions,embeddings,relative', [
     (2, 1, 'signed', False, 0), (2, 2, 'signed', False, 0), (4, 1, 'step', True, 0), (1, 2, 'vanilla', False, 0),
     (2, 2, 'signed', False, 3)])  # relative position keys over negative positions

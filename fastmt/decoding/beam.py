@@ -40,7 +40,7 @@ class BeamState:
 
 
 def _log_probs(logits: jax.Array) -> jax.Array:
-  """float32 log-softmax of logits [R, V] for the search. A row holding NaN or +inf has no distribution (its
+  """float32 log-softmax of logits [..., V] for the searches (beam and interleaved beam). A row holding NaN or +inf has no distribution (its
   log-softmax is NaN, which no beam would ever keep or finish, so the sentence came back empty): there the
   token greedy's argmax takes (best_tokens: the first NaN, else the first +inf; the first token of an all -inf
   row) gets log-probability 0 and every other -inf, so that a beam of any size takes greedy's token on such

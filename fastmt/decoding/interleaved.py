@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from fastmt.decoding import interleaving as order
-from fastmt.decoding.beam import _LOW, _gather_beams, _gather_cache, length_penalty, select_beams
+from fastmt.decoding.beam import _LOW, _gather_beams, _gather_cache, _log_probs, length_penalty, select_beams
 from fastmt.decoding.greedy import DecodeOutput, row_limits
 from fastmt.decoding.step import (EOS_ID, PAD_ID, DecoderStepFn, best_tokens, cache_slots, check_counts,
                                   checked_step_output)
@@ -45,7 +45,7 @@ def _check_end_rule(end_rule):
 
 def _best_layout_combination(logits):
   """[R, z, V] -> int32 [R, z]: the most likely combination of words under the 'layout' end rule."""
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+  log_probs = _log_probs(logits)  # beam search's: greedy's token where a slot's logits hold NaN or +inf
   scores, words = jax.lax.top_k(log_probs, 2)  # the best word that is not EOS is among the top 2
   _, combination = prune_outer_sum(scores, words.astype(jnp.int32), 1, log_probs[..., EOS_ID])
   return combination[:, 0]
@@ -244,7 +244,9 @@ def interleaved_beam(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_s
     previous = jax.lax.dynamic_slice_in_dim(state.live_seqs, jnp.maximum(state.step - 1, 0) * z, z, axis=2)
     current = jnp.where(state.step == 0, starts, previous.reshape(n * k, z))
     logits, cache = _call(step_fn, layout, current, state.step, state.cache, cache_length)
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(n, k, z, -1)
+    # beam search's log-softmax: where a slot's logits hold NaN or +inf (a float16 model's overflow) greedy's
+    # token at log-probability 0, every other -inf; jax.nn.log_softmax gave NaN there, which no beam kept.
+    log_probs = _log_probs(logits).reshape(n, k, z, -1)
     # top_k on a 2-D view: on XLA:CPU a 4-D top_k feeding the pruning's gathers inside the loop compiles to a
     # path ~100x slower (300 ms a step at batch 32, vocabulary 8k; measured), the 2-D one does not.
     vocab = log_probs.shape[-1]
