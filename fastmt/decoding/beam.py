@@ -110,7 +110,8 @@ def beam_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: 
   row_caps: optional int32 [B] (per sentence), each sentence's own output cap (<= max_length); 0 = a padding
     sentence, done from the start. At its cap a sentence's live beams join its finished ones.
   bos_id, eos_id, pad_id: the model's special ids, as for greedy_search.
-  Returns the best hypothesis per sentence: tokens [B, L] up to and including EOS, PAD after.
+  Returns the best hypothesis per sentence: tokens [B, L] up to and including EOS, PAD after (no EOS where the
+  sentence reached its cap first).
   """
   state = _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps,
                   check_special_ids(bos_id, eos_id, pad_id))

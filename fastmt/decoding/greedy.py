@@ -24,7 +24,9 @@ class GreedyState:
 
 @flax.struct.dataclass
 class DecodeOutput:
-  tokens: jax.Array  # int32 [B, L]: output ids up to and including EOS, PAD after
+  # int32 [B, L]: output ids up to and including EOS, PAD after; a row that reached its cap (max_length or its
+  # row cap) first has no EOS: its tokens up to the cap, then PAD
+  tokens: jax.Array
   decoder_calls: jax.Array  # int32 [B]: decoder calls each row needed before its output was final
   loop_iterations: jax.Array  # int32 []: iterations the batch ran (the slowest row's count)
 

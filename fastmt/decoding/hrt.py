@@ -1,7 +1,8 @@
 """Hybrid-regressive decoding: two masked passes of one shared decoder (HRT Section 4.3, RoyalFlush Eq. 2).
 
 Stage I (Skip-AT): autoregressive over every k-th position, from <bos_k>, with the KV cache, until EOS; at most
-L // k calls for an output cap of L (each row its own), so stage II never exceeds L. It is greedy_search or
+max(L // k, 1) calls for an output cap of L (each row its own), so stage II never exceeds L slots, or k for a
+cap below k (the output is then cut to its cap). It is greedy_search or
 beam search on a decoder step that feeds position p as p * k and the start symbol as <bos_k>.
 Stage II (Skip-CMLM): one decoder call over the k - 1 masks placed before every stage-I token, with a
 bidirectional mask over the row's real slots, projected to the vocabulary at the masks only; each mask takes
@@ -143,8 +144,13 @@ def hrt_decode(step_fn: DecoderStepFn, cache, batch_size: int, max_length: int, 
                row_caps: jax.Array | None = None, max_repeats: int = 0) -> DecodeOutput:
   """Two-stage HRT decoding; step_fn and cache on batch_size * beam_size rows, cache of max_length slots.
 
-  decoder_calls counts stage I's calls plus the one stage II call. max_repeats (greedy stage I only; 0 = off):
-  the repetition guard (fastmt.decoding.repeats) on stage I's tokens, and on the two stages' output.
+  mask_id, bos_k_id: the model's <mask> and <bos_k> ids (k = chunk_size); BOS, EOS and PAD are fastmt's
+    (chunks.py's layout is built on them: a model trained by fastmt's HRT objective has them).
+  beam_size, nat_beam_size: b_at >= b_nat (1, 1 = greedy stage I); alpha: stage I's length penalty (beam only).
+  row_caps: optional int32 [B], each sentence's own output cap (<= max_length); 0 = a padding sentence.
+  Returns DecodeOutput: tokens int32 [B, max_length] (words, EOS, PAD; each row cut at its cap), decoder_calls
+  [B] (stage I's calls plus the one stage II call), loop_iterations. max_repeats (greedy stage I only; 0 =
+  off): the repetition guard (fastmt.decoding.repeats) on stage I's tokens, and on the two stages' output.
   """
   check_counts(batch_size=batch_size, max_length=max_length, chunk_size=chunk_size, beam_size=beam_size,
                nat_beam_size=nat_beam_size)

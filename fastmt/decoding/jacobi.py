@@ -87,7 +87,7 @@ class JacobiTrace:
 class JacobiState:
   iteration: jax.Array  # int32 []
   tokens: jax.Array  # int32 [B, L + W + 1]: BOS, then outputs; final up to `committed`
-  committed: jax.Array  # int32 [B]: final output tokens
+  committed: jax.Array  # int32 [B]: how many output tokens are final (a count, not ids)
   guess: jax.Array  # int32 [B, W]: the iterate for outputs committed .. committed + W - 1
   done: jax.Array  # bool [B]
   calls: jax.Array  # int32 [B]: decoder calls the row made until done
