@@ -61,7 +61,9 @@ def test_jacobi_through_the_translator_equals_greedy(model_parts, algorithm, blo
   parallel, stats = Translator(*model_parts, settings).translate(lines, batch_size=4)
   assert parallel == greedy
   greedy_calls = Translator(*model_parts).translate(lines, batch_size=4)[1].decoder_calls
-  assert stats.decoder_calls <= greedy_calls
+  # Fewer calls, not only as many: this model repeats itself, so every window commits several tokens, and a
+  # Translator that ran greedy under the algorithm's name would fail here.
+  assert stats.decoder_calls < greedy_calls
 
 
 @pytest.mark.parametrize('algorithm', ['greedy', 'beam', 'pgj'])
