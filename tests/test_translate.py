@@ -51,6 +51,13 @@ def test_over_long_inputs_are_truncated_and_counted(model_parts):
   long_line = ' '.join(['light'] * (3 * config.max_length))
   outputs, stats = translator.translate([long_line, 'God'], batch_size=2)
   assert stats.truncated_inputs == 1 and len(outputs) == 2
+  # What is kept: the line's first max_length - 1 pieces, then EOS (a line of varied words, so that the head,
+  # the tail and one piece differ).
+  varied = ' '.join(line.strip() for line in open(REPO / 'tests/data/genesis.en', encoding='utf-8'))
+  pieces = translator.tokenizer.encode([varied])[0]
+  assert len(pieces) > 2 * config.max_length
+  kept = translator.encode_sources([varied], TranslationStats())[0]
+  assert kept.tolist() == list(pieces[:config.max_length - 1]) + [EOS_ID]
 
 
 @pytest.mark.parametrize('algorithm, block', [('pj', 0), ('pgj', 3), ('pgj', 5), ('hgj', 3)])
