@@ -103,7 +103,8 @@ def test_the_dense_layers_equal_flax_and_use_the_kernel_up_to_its_rows(rng, lead
 @needs_kernel
 def test_the_transformers_cached_logits_are_the_same_with_the_kernel(rng):
   """A decoder call over 1-4 positions at batch 1 and 2 (the windows of the parallel decoders) with the
-  kernel's layout gives the logits of the model without it, to float32 rounding; the encoder too."""
+  kernel's layout gives the logits of the model without it, to float32 rounding, and so does a next call that
+  reads the keys and values the first wrote to the cache (equal to the uncached pass too); the encoder too."""
   model, params = random_model(3)
   packed = few_rows.with_layout(params)
   config = tiny_model_config()
@@ -115,15 +116,24 @@ def test_the_transformers_cached_logits_are_the_same_with_the_kernel(rng):
     for width in (1, 2, 4):
       tokens = jnp.asarray(rng.integers(3, config.vocab_size, size=(batch, width)), jnp.int32)
       positions = jnp.broadcast_to(jnp.arange(width), (batch, width))
-      logits = []
+      following = jnp.asarray(rng.integers(3, config.vocab_size, size=(batch, 1)), jnp.int32)
+      logits, next_logits = [], []
       for p in (params, packed):
         memory = model.apply({'params': p}, encoded[0], src, method=models.Transformer.memory)
         cache = models.init_cache(config, batch, 16)
         mask = jnp.broadcast_to(jnp.arange(16)[None, :] <= jnp.arange(width)[:, None], (batch, width, 16))
-        out, _, _ = model.apply({'params': p}, tokens, positions, mask, memory, cache, jnp.zeros(batch, jnp.int32),
-                                method=models.Transformer.decode)
+        out, _, cache = model.apply({'params': p}, tokens, positions, mask, memory, cache,
+                                    jnp.zeros(batch, jnp.int32), method=models.Transformer.decode)
         logits.append(np.asarray(out))
+        # One more position that reads the keys and values this call wrote to the cache.
+        out, _, _ = model.apply({'params': p}, following, jnp.full((batch, 1), width),
+                                jnp.broadcast_to(jnp.arange(16) <= width, (batch, 1, 16)), memory, cache,
+                                jnp.full((batch,), width, jnp.int32), method=models.Transformer.decode)
+        next_logits.append(np.asarray(out))
       np.testing.assert_allclose(logits[1], logits[0], rtol=1e-4, atol=1e-5)
+      np.testing.assert_allclose(next_logits[1], next_logits[0], rtol=1e-4, atol=1e-5)
+      uncached = model.apply({'params': params}, src, jnp.concatenate([tokens, following], axis=1))
+      np.testing.assert_allclose(next_logits[1], np.asarray(uncached[:, width:]), rtol=1e-4, atol=1e-4)
 
 
 @needs_kernel
