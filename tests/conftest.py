@@ -106,8 +106,8 @@ def model_step(model, params, source, eos_after=None):
   return step_fn
 
 
-@pytest.fixture(scope='session')
-def tiny_config():
+def tiny_training_config():
+  """configs/tiny.py on the Genesis fixture: tiny_config's value, for a subprocess to build too."""
   from fastmt.configs import tiny  # pylint: disable=g-import-not-at-top
   config = tiny.get_config()
   config.dataset.name = 'text'
@@ -115,6 +115,11 @@ def tiny_config():
   config.dataset.validation_files = (str(DATA / 'genesis.en'), str(DATA / 'genesis.de'))
   config.dataset.test_files = (str(DATA / 'genesis.en'), str(DATA / 'genesis.de'))
   return config
+
+
+@pytest.fixture(scope='session')
+def tiny_config():
+  return tiny_training_config()
 
 
 def fine_tuning_config(tiny_config, init_from: str, objective: str, options_key: str, options: dict, steps: int = 4):

@@ -5,9 +5,11 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 import jax
 import numpy as np
@@ -131,6 +133,42 @@ def test_a_crashed_run_resumes_to_the_same_parameters(trained_workdir, tiny_conf
   model_config = workdir_lib.load_model_config(trained_workdir)
   reference, _ = workdir_lib.restore_params(trained_workdir, model_config)
   jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.params, reference)
+
+
+def test_a_run_killed_with_sigkill_resumes_to_the_same_parameters(trained_workdir, tiny_config, tmp_path,
+                                                                  monkeypatch):
+  """A real kill -9 of a training process (no exception, no clean-up, no finishing save), once its checkpoint
+  of step 5 is on disk; the next start resumes from the last checkpoint and ends with the uninterrupted run's
+  parameters and losses. (The test above stops a run by an exception, which lets its pending save finish.)"""
+  workdir = str(tmp_path / 'killed')
+  runner = subprocess.Popen(
+      [sys.executable, '-c', 'import sys; sys.path.insert(0, sys.argv[1])\n'
+       'from conftest import tiny_training_config\nfrom fastmt import train_lib\n'
+       'train_lib.train_and_evaluate(tiny_training_config(), sys.argv[2])',
+       os.path.dirname(__file__), workdir], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  checkpoints = os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)
+  try:
+    deadline = time.monotonic() + 300
+    while not os.path.isdir(os.path.join(checkpoints, '5')) and runner.poll() is None:
+      assert time.monotonic() < deadline, 'no checkpoint of step 5 in 300 s'
+      time.sleep(0.02)
+    runner.kill()  # SIGKILL
+    runner.wait()
+  finally:
+    runner.kill()
+    runner.wait()
+  assert runner.returncode == -signal.SIGKILL, runner.stderr.read().decode()[-2000:]
+  assert not os.path.isdir(os.path.join(checkpoints, str(tiny_config.num_train_steps)))  # killed mid-run
+  saved = max(int(name) for name in os.listdir(checkpoints) if name.isdigit())
+  asked, original = [], batching.TrainBatches.batch
+  monkeypatch.setattr(batching.TrainBatches, 'batch', lambda self, s: asked.append(s) or original(self, s))
+  resumed = train_lib.train_and_evaluate(tiny_config, workdir)
+  # From the last checkpoint on, not from scratch (which would end with the same parameters and history:
+  # training is deterministic and a start rewrites the history from its step).
+  assert min(asked) == saved >= 5
+  reference, _ = workdir_lib.restore_params(trained_workdir, workdir_lib.load_model_config(trained_workdir))
+  jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.params, reference)
+  assert _losses(workdir) == _losses(trained_workdir)  # each step logged once
 
 
 def test_a_resumed_run_logs_each_step_once(trained_workdir, tiny_config, tmp_path, monkeypatch):
