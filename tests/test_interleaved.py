@@ -402,6 +402,52 @@ def test_the_greedy_decoders_calls_are_the_training_layouts(h, c, positions, emb
   np.testing.assert_array_equal(predicted, np.asarray(fields['target'])[:, :length])
 
 
+@pytest.mark.parametrize('h,c,seed', [(2, 1, 0), (2, 2, 1)])
+def test_the_beams_winning_path_reads_its_own_cache(h, c, seed):
+  """interleaved_beam moves each beam's cache rows to its new parent after every step. The cache here carries
+  one more leaf, each row's decoder inputs so far (written at the call's offsets, gathered with the keys and
+  values): at every step some row holds exactly the winning hypothesis's inputs, and its logits are the
+  training pass's for that hypothesis. Without the reorder the rows keep the inputs of the beams they held."""
+  from fastmt.layers import write_at_offsets  # pylint: disable=g-import-not-at-top
+  config = tiny_model_config()
+  z, k, steps = h * c, 3, 4
+  layout = order.Interleaving(h, c, start_ids=tuple(range(10, 10 + z)))
+  model, params = random_model(seed, config)
+  source = jnp.array([[5, 6, 7, 8, EOS_ID], [9, 10, 11, EOS_ID, PAD_ID]])
+  rows_source = jnp.repeat(source, k, axis=0)
+  encoded = model.apply({'params': params}, rows_source, method=models.Transformer.encode)
+  memory = model.apply({'params': params}, encoded, rows_source, method=models.Transformer.memory)
+  no_eos = lambda logits: logits.at[..., EOS_ID].set(-1e9)
+  calls = []
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, directions=None):
+    inputs = write_at_offsets(cache['inputs'], tokens, write_offsets)
+    logits, _, kv = model.apply({'params': params}, tokens, positions, self_mask, memory,
+                                {'k': cache['k'], 'v': cache['v']}, write_offsets, method=models.Transformer.decode)
+    jax.debug.callback(lambda o, i, x: calls.append((int(o[0]), np.asarray(i), np.asarray(x))), write_offsets,
+                       inputs, logits, ordered=True)
+    return no_eos(logits), {**kv, 'inputs': inputs}
+  length = steps * z
+  cache = {**models.init_cache(config, 2 * k, length), 'inputs': jnp.zeros((2 * k, length), jnp.int32)}
+  out = interleaved_beam(step_fn, cache, 2, k, length, layout, alpha=0.0)
+  words = np.asarray(out.tokens)
+  assert (words > EOS_ID).all() and [offset for offset, _, _ in calls] == [s * z for s in range(steps)]
+  target = jnp.asarray(np.concatenate([words, np.full((2, 1), EOS_ID)], axis=1))
+  fields = objective.reordered_batch({'source': source, 'decoder_input': target, 'target': target}, layout)
+  full = np.asarray(model.apply({'params': params}, source, fields['decoder_input'], fields['positions'],
+                                fields['self_mask']))
+  wanted = np.asarray(fields['decoder_input'])
+  moved = False  # a row whose history is not its own earlier one: the reorder had something to do
+  for step, (offset, inputs, logits) in enumerate(calls):
+    for b in range(2):
+      rows = [r for r in range(b * k, b * k + k) if (inputs[r, :offset + z] == wanted[b, :offset + z]).all()]
+      assert rows, (step, b)
+      np.testing.assert_allclose(logits[rows[0]], full[b, offset:offset + z], atol=2e-4)
+    if step:
+      moved |= any((inputs[r, :offset] != calls[step - 1][1][r, :offset]).any() for r in range(2 * k))
+  assert moved
+
+
 def test_direction_embeddings_are_off_by_default_and_required_when_on():
   assert tiny_model_config().num_directions == 0
   model, params = random_model(0)
