@@ -244,7 +244,7 @@ def draft_model_for(drafter, source, batch: int, max_len: int, settings: DecodeS
     encoded = model.apply(variables, source, method=models.Transformer.encode)
   memory = model.apply(variables, encoded, source, method=models.Transformer.memory)
   width = min(settings.block_size, max_len)
-  cache = models.init_cache(config, batch, draft_model_lib.cache_slots(max_len, width))
+  cache = models.init_cache(config, batch, draft_model_lib.drafter_cache_length(max_len, width))
   step_fn = make_step_fn(model, drafter['params'], memory, None, drafter['output_projection'])
   if int8_copy:
     return draft_model_lib.DraftModel(step_fn, cache, None, vocab_size, autoregressive=True)

@@ -41,7 +41,7 @@ def test_each_drafter_call_is_the_training_layout_at_the_new_cut():
   model, params = random_model(3)
   source = jnp.array([[4, 5, 6, EOS_ID]])
   drafter = draft_model.DraftModel(model_step(model, params, source), None, MASK)
-  cache = models.init_cache(model.config, 1, draft_model.cache_slots(8, width))
+  cache = models.init_cache(model.config, 1, draft_model.drafter_cache_length(8, width))
   tokens = jnp.array([[BOS_ID] + target + [PAD_ID] * width])
   batch = {'source': source, 'target': jnp.array([target]),
            'decoder_input': jnp.array([[BOS_ID] + target[:-1]])}
@@ -82,7 +82,8 @@ def _stub_drafter(drafts, batch=1, max_length=16, width=3):
     del tokens, self_mask, write_offsets
     logits = one_hot_logits(drafts[jnp.minimum(positions, drafts.shape[0] - 1)], vocab=VOCAB + 8)
     return (logits if project is None else select_positions(logits, project)), cache
-  return draft_model.DraftModel(step_fn, stub_cache(batch, draft_model.cache_slots(max_length, width)), MASK, VOCAB)
+  cache = stub_cache(batch, draft_model.drafter_cache_length(max_length, width))
+  return draft_model.DraftModel(step_fn, cache, MASK, VOCAB)
 
 
 def test_a_perfect_drafter_takes_three_calls_for_seven_tokens():
@@ -130,8 +131,8 @@ def test_useless_or_adversarial_autoregressive_drafts_give_greedy_within_w_times
   step_fn = _oracle_verifier(sequence)
   expected = greedy.greedy_search(step_fn, stub_cache(1, 16), 1, 16)
   width = 3
-  drafter = draft_model.DraftModel(drafter_step, stub_cache(1, draft_model.cache_slots(16, width)), None, VOCAB,
-                                   autoregressive=True)
+  drafter = draft_model.DraftModel(drafter_step, stub_cache(1, draft_model.drafter_cache_length(16, width)), None,
+                                   VOCAB, autoregressive=True)
   out, trace = jacobi.pgj_decode(step_fn, stub_cache(1, 16 + width), 1, 16, width, draft_model=drafter,
                                  return_trace=True)
   jax.effects_barrier()
@@ -164,7 +165,7 @@ def test_a_random_drafter_of_another_shape_gives_the_verifiers_greedy_output(see
   expected = greedy.greedy_search(step_fn, models.init_cache(verifier.config, batch, max_len), batch, max_len, caps)
   for width, mask_id in ((2, 7), (3, 29), (5, 45)):  # fixed per width: the seeds' programs are the same
     drafts = draft_model.DraftModel(model_step(drafter, drafter_params, jnp.array(source)),
-                                    models.init_cache(small, batch, draft_model.cache_slots(max_len, width)),
+                                    models.init_cache(small, batch, draft_model.drafter_cache_length(max_len, width)),
                                     mask_id, verifier.config.vocab_size)
     out = jacobi.pgj_decode(step_fn, models.init_cache(verifier.config, batch, max_len + width), batch, max_len,
                             width, row_caps=caps, draft_model=drafts)
@@ -263,7 +264,7 @@ def test_each_autoregressive_draft_is_the_drafters_uncached_greedy_continuation(
   memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
   step_fn = translate.make_step_fn(model, params, memory, None, translate.transposed_output_layout(params))
   drafter = draft_model.DraftModel(step_fn, None, None, autoregressive=True)  # the real path: per-row project
-  cache = models.init_cache(model.config, 2, draft_model.cache_slots(20, width))
+  cache = models.init_cache(model.config, 2, draft_model.drafter_cache_length(20, width))
   outputs, drafts = [[], []], None  # what the verifier committed per row; the last call's drafts
   accepts = [(0, 1, 4, 2, 4, 1, 3), (0, 4, 4, 1, 2, 3, 1)]  # the first call drafts from BOS alone
   for call in range(len(accepts[0])):
@@ -296,7 +297,7 @@ def test_the_verifier_as_its_own_autoregressive_drafter_accepts_every_window(bat
   expected = greedy.greedy_search(step_fn, models.init_cache(model.config, batch, max_len), batch, max_len, caps)
   for width in (2, 3, 5):
     drafter = draft_model.DraftModel(step_fn, models.init_cache(model.config, batch,
-                                                                draft_model.cache_slots(max_len, width)),
+                                                                draft_model.drafter_cache_length(max_len, width)),
                                      None, model.config.vocab_size, autoregressive=True)
     out = jacobi.pgj_decode(step_fn, models.init_cache(model.config, batch, max_len + width), batch, max_len,
                             width, row_caps=caps, draft_model=drafter)
@@ -321,7 +322,7 @@ def test_a_random_autoregressive_drafter_gives_the_verifiers_greedy_output(seed)
   expected = greedy.greedy_search(step_fn, models.init_cache(verifier.config, batch, max_len), batch, max_len, caps)
   for width in (2, 3, 5):
     drafts = draft_model.DraftModel(model_step(drafter, drafter_params, jnp.array(source)),
-                                    models.init_cache(small, batch, draft_model.cache_slots(max_len, width)),
+                                    models.init_cache(small, batch, draft_model.drafter_cache_length(max_len, width)),
                                     None, verifier.config.vocab_size, autoregressive=True)
     out, trace = jacobi.pgj_decode(step_fn, models.init_cache(verifier.config, batch, max_len + width), batch,
                                    max_len, width, row_caps=caps, draft_model=drafts, return_trace=True)

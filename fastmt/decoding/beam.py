@@ -40,11 +40,13 @@ class BeamState:
 
 
 def _log_probs(logits: jax.Array) -> jax.Array:
-  """float32 log-softmax of logits [..., V] for the searches (beam and interleaved beam). A row holding NaN or +inf has no distribution (its
-  log-softmax is NaN, which no beam would ever keep or finish, so the sentence came back empty): there the
-  token greedy's argmax takes (best_tokens: the first NaN, else the first +inf; the first token of an all -inf
-  row) gets log-probability 0 and every other -inf, so that a beam of any size takes greedy's token on such
-  logits (a float16 model can overflow). With several tokens at 0 a beam of 3 took EOS among them and ended.
+  """float32 log-softmax of logits [..., V] for the searches (beam and interleaved beam).
+
+  A row holding NaN or +inf (a float16 model can overflow) has no distribution: its log-softmax is NaN, which
+  no beam would ever keep or finish, so the sentence would come back empty. There the token greedy's argmax
+  takes (best_tokens: the first NaN, else the first +inf; the first token of an all -inf row) gets
+  log-probability 0 and every other token -inf, so that a beam of any size takes greedy's token. Only one
+  token at 0: with several (every +inf token, say) a beam of 3 could take EOS among them and end.
   """
   logits = logits.astype(jnp.float32)
   top = jnp.max(logits, axis=-1, keepdims=True)  # NaN with a NaN logit, +inf with +inf, -inf if all are
@@ -77,7 +79,8 @@ def select_beams(finished_seqs, finished_scores, num_finished, top_seqs, top_sco
   (scored over `penalty`), the K best that do not end stay live, and a sentence at its cap (at_cap [B]) moves
   its live beams into the pool, where they compete with its finished hypotheses. A sentence with no live beam
   left (every continuation -inf or from an empty slot: a model that allows fewer than 2K tokens) is complete
-  with what it has finished: nothing could join the pool any more, and it used to run on to its cap.
+  with what it has finished: nothing could join the pool any more, so running on to its cap would only cost
+  decoder calls.
 
   Returns (live_seqs, live_scores, live_beams (their parents, to gather the cache), finished_seqs,
   finished_scores, num_finished).

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fastmt.data.tokenizer import EOS_ID, PAD_ID
+from fastmt.decoding.step import pad_after_eos
 
 
 def extended_target(target: jax.Array, k: int) -> jax.Array:
@@ -57,7 +58,6 @@ def masked_input(skip_tokens: jax.Array, k: int, mask_id: int) -> jax.Array:
 
 
 def truncate_at_first_eos(tokens: jax.Array) -> jax.Array:
-  """Words up to and including the first EOS, PAD after (several EOS in the last chunk are normal)."""
-  is_eos = tokens == EOS_ID
-  after = jnp.cumsum(is_eos, axis=1) - is_eos > 0
-  return jnp.where(after, PAD_ID, tokens)
+  """tokens int [B, L] -> words up to and including the first EOS, PAD after (several EOS in the last chunk
+  are normal): step.pad_after_eos with fastmt's ids, which the chunked layout is built on."""
+  return pad_after_eos(tokens, EOS_ID, PAD_ID)

@@ -43,7 +43,7 @@ from fastmt.decoding.step import DecoderStepFn, best_tokens, causal_window_mask
 @dataclasses.dataclass(frozen=True)
 class DraftModel:
   step_fn: DecoderStepFn  # over the drafter's parameters and its encoding of the source (int8 copy: the model's)
-  cache: Any  # the drafter's cache: cache_slots(max_length, W) slots
+  cache: Any  # the drafter's cache: drafter_cache_length(max_length, W) slots
   mask_id: int | None  # the drafter's <mask> (None for an autoregressive drafter)
   # The verifier's vocabulary size: drafts are restricted to its ids. A drafter's vocabulary may extend the
   # verifier's (fastmt's reserved symbols appended to an older vocabulary), and an id the verifier has no
@@ -54,7 +54,7 @@ class DraftModel:
   autoregressive: bool = False
 
 
-def cache_slots(max_length: int, width: int) -> int:
+def drafter_cache_length(max_length: int, width: int) -> int:
   """Slots a drafter's cache gets: a selfdraft drafter's call at committed length n <= max_length writes
   n .. n + 2W; an autoregressive one writes at most up to max_length + W - 2 and masks the rest out."""
   return max_length + 2 * width + 1

@@ -15,7 +15,7 @@ the same two tokens before. `--algorithm spec --drafter ngram` uses them: where 
 its drafts replace the next window's guesses; elsewhere Jacobi's own guesses stand.
 """
 
-import flax
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -26,7 +26,6 @@ from fastmt.decoding.greedy import DecodeOutput, greedy_search, row_limits
 from fastmt.decoding.step import (PAD_ID, DecoderStepFn, best_tokens, cache_slots, check_counts, checked_step_output,
                                   is_whole_number)
 
-_LOW = -1e9
 
 
 def stage_one_caps(caps: jax.Array, k: int) -> jax.Array:

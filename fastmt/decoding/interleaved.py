@@ -29,7 +29,9 @@ import jax
 import jax.numpy as jnp
 
 from fastmt.decoding import interleaving as order
-from fastmt.decoding.beam import _LOW, _gather_beams, _gather_cache, _log_probs, length_penalty, select_beams
+# Beam search's state (live_seqs and finished_seqs hold reordered outputs here, [B, K, S * z]) and helpers.
+from fastmt.decoding.beam import (_LOW, BeamState, _gather_beams, _gather_cache, _log_probs, length_penalty,
+                                  select_beams)
 from fastmt.decoding.greedy import DecodeOutput, row_limits
 from fastmt.decoding.step import (EOS_ID, PAD_ID, DecoderStepFn, best_tokens, cache_slots, check_counts,
                                   checked_step_output)
@@ -104,9 +106,12 @@ def interleaved_greedy(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_
   """Greedy interleaved decoding of up to max_length tokens (EOS included) per row, z words per call.
 
   layout must carry its start ids (Interleaving.with_start_ids). The cache needs ceil(max_length / z) * z
-  slots. A row's step cap is ceil(cap / z); its output is cut to its cap in natural order. end_rule 'any'
-  takes every slot's argmax (the paper); 'layout' the most likely combination a training target can end with
-  (interleaved_beam's rule, beam size 1).
+  slots. step_fn is called with z positions a row and, for a layout with direction embeddings, with
+  `directions=` int32 [B, z] as well. row_caps: optional int32 [B], each row's own output cap (0 = a padding
+  row); a row's step cap is ceil(cap / z), its output cut to its cap in natural order. end_rule 'any' takes
+  every slot's argmax (the paper); 'layout' the most likely combination a training target can end with
+  (interleaved_beam's rule, beam size 1). Returns DecodeOutput: tokens int32 [B, max_length] in natural order
+  (words, EOS, PAD), decoder_calls [B], loop_iterations.
   """
   _check_end_rule(end_rule)
   cache_length = _check_inputs(cache, layout, max_length, batch_size, batch_size=batch_size)
@@ -200,25 +205,15 @@ def _prune_layout(slot_scores, slot_words, beam_size, eos_scores):
   return scores, words
 
 
-@flax.struct.dataclass
-class _BeamState:
-  step: jax.Array
-  live_seqs: jax.Array  # int32 [B, K, S * z] reordered
-  live_scores: jax.Array  # float32 [B, K]
-  finished_seqs: jax.Array  # int32 [B, K, S * z]
-  finished_scores: jax.Array  # float32 [B, K], length-normalised
-  num_finished: jax.Array  # int32 [B]
-  calls: jax.Array  # int32 [B]
-  cache: Any  # leaves [B * K, ...]
-
-
 def interleaved_beam(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_size: int, max_length: int,
                      layout: order.Interleaving, alpha: float = 0.6,
                      row_caps: jax.Array | None = None, end_rule: str = 'any') -> DecodeOutput:
   """Algorithm 1: beam search with z words per step; cache and step_fn on batch_size * beam_size rows.
 
+  layout, the cache's slots, step_fn's calls and row_caps (int32 [B], per sentence) as for interleaved_greedy.
   end_rule: 'any' = Algorithm 1's (a combination with EOS in any slot ends the hypothesis); 'layout' = only
-  the combinations a training target ends with (see prune_outer_sum).
+  the combinations a training target ends with (see prune_outer_sum). Returns DecodeOutput: each sentence's
+  best hypothesis, tokens int32 [B, max_length] in natural order, decoder_calls [B], loop_iterations.
   """
   _check_end_rule(end_rule)
   check_counts(batch_size=batch_size, beam_size=beam_size)
@@ -233,7 +228,7 @@ def interleaved_beam(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_s
   seqs = jnp.full((n, k, num_steps * z), PAD_ID, jnp.int32)
   live_scores = jnp.tile(jnp.array([0.0] + [_LOW] * (k - 1), jnp.float32), (n, 1))
   num_finished = jnp.where(step_caps <= 0, k, 0).astype(jnp.int32)
-  state = _BeamState(jnp.int32(0), seqs, live_scores, seqs, jnp.full((n, k), _LOW, jnp.float32), num_finished,
+  state = BeamState(jnp.int32(0), seqs, live_scores, seqs, jnp.full((n, k), _LOW, jnp.float32), num_finished,
                      jnp.zeros((n,), jnp.int32), cache)
   starts = jnp.broadcast_to(jnp.asarray(layout.start_ids, jnp.int32), (n * k, z))
 
@@ -272,7 +267,7 @@ def interleaved_beam(step_fn: DecoderStepFn, cache: Any, batch_size: int, beam_s
     cache = _gather_cache(cache, live_beams, n, k)
 
     keep_old = lambda new, old: jnp.where(done.reshape((n,) + (1,) * (new.ndim - 1)), old, new)
-    return _BeamState(state.step + 1, keep_old(live_seqs, state.live_seqs),
+    return BeamState(state.step + 1, keep_old(live_seqs, state.live_seqs),
                       keep_old(live_scores, state.live_scores), keep_old(finished_seqs, state.finished_seqs),
                       keep_old(finished_scores, state.finished_scores), num_finished,
                       state.calls + (~done).astype(jnp.int32), cache)

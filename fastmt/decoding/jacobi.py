@@ -283,7 +283,7 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
       Jacobi's guesses where it finds any. Not with mask_id.
     draft_model: a separate drafter model (fastmt/decoding/draft_model.py: a selfdraft model's <mask> slots, or
       an autoregressive drafter such as the model's own int8 copy) whose drafts are the guesses of every
-      window, the first included; its cache needs draft_model.cache_slots(max_length, block_size) slots. Not
+      window, the first included; its cache needs draft_model.drafter_cache_length(max_length, block_size) slots. Not
       with mask_id or drafter.
     trajectory_pool: 1 or 2: keep a trajectory pool keyed on that many tokens (drafts.TrajectoryPool; lookahead
       decoding's n-grams from the window's own predictions, verified or not) and draft from it; 0 = none. Not
@@ -329,9 +329,9 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
   draft_cache = None
   if draft_model is not None:
     draft_slots = jax.tree_util.tree_leaves(draft_model.cache)[0].shape[1]
-    if draft_slots < draft_model_lib.cache_slots(max_length, block_size):
+    if draft_slots < draft_model_lib.drafter_cache_length(max_length, block_size):
       raise ValueError(f'the drafter\'s cache has {draft_slots} slots; it needs max_length + 2 * block_size + 1 = '
-                       f'{draft_model_lib.cache_slots(max_length, block_size)}')
+                       f'{draft_model_lib.drafter_cache_length(max_length, block_size)}')
     draft_cache = draft_model.cache
     if block_size > 1 and not draft_model.autoregressive:  # the first call: BOS alone, drafts of outputs 0 .. W - 1
       first_guesses, draft_cache = draft_model_lib.draft(draft_model, draft_model.cache, tokens, zeros, zeros,
