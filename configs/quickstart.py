@@ -23,7 +23,9 @@ def get_config():
   config.dataset.train_files = ('', '')
   config.dataset.validation_files = ('', '')
   config.dataset.test_files = ('', '')
-  # For name='tfds:...': swap the builder's supervised keys (e.g. translate de->en with a de-en builder).
+  # Translate the other way: swap each pair's sides ('bible/en_de' becomes de->en: each German verse twice,
+  # with its WEB and KJV English; 'text': the files' sides; 'tfds:...': the builder's supervised keys).
+  # Not for a multilingual Bible set ('bible/en_de+en_fr').
   config.dataset.reverse = False
   # The split to train on: 'train', or for the Bible and tfds datasets a slice of it such as 'train[:8000]'
   # (the first 8,000 pairs) for a quicker run; the vocabulary is learned from the same pairs.

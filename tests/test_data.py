@@ -80,6 +80,26 @@ def test_a_multilingual_dataset_tags_sources_and_keeps_each_pair_in_order(synthe
   assert '<2fr>' in tokenizer.pieces(tokenizer.encode(['<2fr> book'])[0])  # one piece, never split
 
 
+def test_reverse_swaps_the_sides_of_a_bible_pair_and_of_text_files(synthetic_db, tmp_path, monkeypatch):
+  """dataset.reverse was read for tfds builders only: with 'bible/en_de' or 'text' it trained en->de without
+  a word. A multilingual set (its tags on the sources) and a value that is not a bool are refused."""
+  monkeypatch.setattr(bible, 'fetch_database', lambda directory=None: synthetic_db)
+  forward = corpus.load_split(ml_collections.ConfigDict({'name': 'bible/en_de', 'data_dir': str(tmp_path)}), 'test')
+  backward = corpus.load_split(ml_collections.ConfigDict({'name': 'bible/en_de', 'data_dir': str(tmp_path),
+                                                          'reverse': True}), 'test')
+  assert (backward.sources, backward.targets) == (forward.targets, forward.sources)
+  assert backward.sources[0] == 'e book 44 1:1'
+  (tmp_path / 'a.en').write_text('one\ntwo\n', encoding='utf-8')
+  (tmp_path / 'a.de').write_text('eins\nzwei\n', encoding='utf-8')
+  files = (str(tmp_path / 'a.en'), str(tmp_path / 'a.de'))
+  text = ml_collections.ConfigDict({'name': 'text', 'test_files': files, 'reverse': True})
+  assert corpus.load_split(text, 'test') == corpus.ParallelText(['eins', 'zwei'], ['one', 'two'])
+  for bad, message in (({'name': 'bible/en_de+en_fr', 'reverse': True}, 'several directions'),
+                       ({'name': 'bible/en_de', 'reverse': 'yes'}, 'must be True or False')):
+    with pytest.raises(FastmtError, match=message):
+      corpus.check_dataset_name(ml_collections.ConfigDict(bad))
+
+
 def test_a_model_trains_on_the_split_or_a_slice_of_it_and_never_on_what_it_is_scored_on(synthetic_db, tmp_path,
                                                                                        monkeypatch):
   monkeypatch.setattr(bible, 'fetch_database', lambda directory=None: synthetic_db)

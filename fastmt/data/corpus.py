@@ -150,18 +150,21 @@ def load_split(dataset_config, split: str) -> ParallelText:
     return ParallelText([s for d, p in zip(directions, parts) for s in tag_sources(p.sources, d)],
                         [t for p in parts for t in p.targets],
                         [d for d, p in zip(directions, parts) for _ in range(len(p))])
+  reverse = dataset_config.get('reverse', False)
   if name.startswith('bible/'):
-    return _load_tfds(bible.Bible(config=name.split('/', 1)[1], data_dir=_data_dir(dataset_config)),
+    text = _load_tfds(bible.Bible(config=name.split('/', 1)[1], data_dir=_data_dir(dataset_config)),
                       split, 'source', 'target')
+    return ParallelText(text.targets, text.sources) if reverse else text
   if name == 'text':
-    return _load_text_files(dataset_config, split)
+    text = _load_text_files(dataset_config, split)
+    return ParallelText(text.targets, text.sources) if reverse else text
   if name.startswith('tfds:'):
     builder = tfds.builder(name[len('tfds:'):], data_dir=_data_dir(dataset_config))
     keys = builder.info.supervised_keys
     if not keys:
       raise FastmtError(f'{name} has no supervised (source, target) keys; use dataset.name="text"')
     source_key, target_key = keys
-    if dataset_config.get('reverse', False):
+    if reverse:
       source_key, target_key = target_key, source_key
     return _load_tfds(builder, split, source_key, target_key)
   raise AssertionError(name)  # check_dataset_name refused it
@@ -176,6 +179,12 @@ def check_dataset_name(dataset_config) -> None:
     if direction not in bible.PAIRS:
       raise FastmtError(f'unknown Bible pair {direction!r} in dataset.name {name!r}: the built-in pairs are '
                         f'{", ".join(bible.PAIRS)}')
+  reverse = dataset_config.get('reverse', False)
+  if not isinstance(reverse, bool):
+    raise FastmtError(f'dataset.reverse must be True or False, got {reverse!r}')
+  if reverse and bible_directions(dataset_config):
+    raise FastmtError(f'dataset.reverse swaps the two sides of one pair; {name!r} is several directions, each '
+                      'with its language tag on the source (train the reverse pairs as their own dataset)')
 
 
 def training_split(dataset_config) -> str:
