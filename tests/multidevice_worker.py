@@ -30,6 +30,7 @@ def main(train_workdir, decode_workdir, output):
   result = {
       'devices': jax.device_count(),
       'train_loss': {r['step']: r['train_loss'] for r in history if 'train_loss' in r},
+      'valid_nll': {r['step']: r['valid_nll'] for r in history if 'valid_nll' in r},
       'greedy': translator.translate_ids(sentences, 32)[0],
       'pgj': model.translator('pgj', block_size=3).translate_ids(sentences, 32)[0],
       'beam': model.translator('beam', beam_size=2).translate_ids(sentences, 32)[0],

@@ -53,6 +53,13 @@ def test_eight_devices_train_with_the_same_losses_as_one(eight_devices, tiny_con
   assert set(one) == set(eight_devices['train_loss']) and len(one) >= 2
   for step, loss in one.items():
     np.testing.assert_allclose(eight_devices['train_loss'][step], loss, rtol=2e-4)
+  # The validation loss too: its batches are rounded up to 8 rows with all-PAD rows, weighed 0 (repeated
+  # rows, as before, counted some pairs twice on 8 devices).
+  valid = {str(r['step']): r['valid_nll'] for r in map(json.loads, open(tmp_path / 'train_history.jsonl'))
+           if 'valid_nll' in r}
+  assert set(valid) == set(eight_devices['valid_nll']) and valid
+  for step, nll in valid.items():
+    np.testing.assert_allclose(eight_devices['valid_nll'][step], nll, rtol=2e-4)
 
 
 def test_eight_devices_translate_like_one(eight_devices, trained_workdir):

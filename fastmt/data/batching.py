@@ -83,27 +83,30 @@ def pad_batch(source_rows, target_rows, source_len: int, target_len: int) -> Bat
 
 def validation_batches(source_ids, target_ids, bucket_lengths, tokens_per_batch: int,
                        batch_multiple: int = 1) -> tuple[list[Batch], int]:
-  """Every pair once (on one device), in length buckets, for the validation loss: (batches, repeated rows).
+  """Every pair once, in length buckets, for the validation loss: (batches, padding rows).
 
   Unlike TrainBatches, a bucket's last batch is not filled up to the full row count with repeated pairs
   (with few pairs in a bucket that counted some of them many times over); it keeps its own row count, rounded
-  up to a multiple of batch_multiple (the device count) with repeats of its first rows, which are returned
-  as a count. Each bucket still has at most two shapes to compile, the full and its last batch.
+  up to a multiple of batch_multiple (the device count) with all-PAD rows, which every objective weighs 0
+  (returned as a count): so the validation loss does not depend on the device count. (They were repeats of
+  the batch's first rows, counted twice.) Each bucket still has at most two shapes to compile, the full and
+  its last batch.
   """
   bucket_lengths = tuple(sorted(bucket_lengths))
   lengths = [max(len(s), len(t)) + 1 for s, t in zip(source_ids, target_ids)]
   buckets = np.array([bucket_for(n, bucket_lengths) for n in lengths], dtype=np.int64)
-  batches, repeated = [], 0
+  batches, padding = [], 0
   for b in bucket_lengths:
     rows = np.flatnonzero(buckets == b)
     size = max(batch_multiple, (tokens_per_batch // b) // batch_multiple * batch_multiple)
     for start in range(0, len(rows), size):
       chunk = rows[start:start + size]
       extra = -len(chunk) % batch_multiple
-      repeated += extra
-      chunk = np.concatenate([chunk, chunk[:extra]]) if extra <= len(chunk) else np.resize(chunk, len(chunk) + extra)
-      batches.append(pad_batch([source_ids[i] for i in chunk], [target_ids[i] for i in chunk], b, b))
-  return batches, repeated
+      padding += extra
+      batch = pad_batch([source_ids[i] for i in chunk], [target_ids[i] for i in chunk], b, b)
+      batches.append(Batch(*(np.pad(x, ((0, extra), (0, 0)), constant_values=PAD_ID) for x in
+                             (batch.source, batch.decoder_input, batch.target))))
+  return batches, padding
 
 
 class TrainBatches:

@@ -167,11 +167,11 @@ def load_training_data(config, workdir: str, batch_multiple: int = 1) -> Trainin
   val_src, val_tgt, _, _ = batching.prepare_pairs(tokenizer.encode(validation.sources),
                                                   tokenizer.encode(validation.targets), max_length,
                                                   split='validation')
-  validation_batches, repeated = batching.validation_batches(val_src, val_tgt, buckets, config.tokens_per_batch,
-                                                             batch_multiple)
-  if repeated:
-    logging.info('Validation: %d rows repeated to split the batches evenly over %d devices', repeated,
+  validation_batches, padding = batching.validation_batches(val_src, val_tgt, buckets, config.tokens_per_batch,
+                                                            batch_multiple)
+  if padding:
+    logging.info('Validation: %d all-PAD rows (weighed 0) split the batches evenly over %d devices', padding,
                  batch_multiple)
-  logging.info('Training pairs: %d in %d batches per epoch; validation pairs: %d', len(src),
-               train_batches.batches_per_epoch, len(validation))
+  logging.info('Training pairs: %d in %d batches per epoch; validation pairs: %d scored for the loss (of %d)',
+               len(src), train_batches.batches_per_epoch, len(val_src), len(validation))
   return TrainingData(tokenizer, train_batches, validation, validation_batches, skipped)
