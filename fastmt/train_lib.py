@@ -243,6 +243,7 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
   _check_objective_fits_model(objective_name, objective_options, model_config)
   workdir_lib.save_objective(workdir, objective_name, objective_options)
   _warn_of_a_changed_corpus(workdir, config)
+  _record_batch_plan(workdir, data.train_batches)
   if jax.process_index() == 0:  # whole or not at all: a half-written record would hide the next run's changes
     path = os.path.join(workdir, TRAIN_CONFIG_FILE)
     with open(path + '.tmp', 'w') as f:
@@ -373,6 +374,37 @@ def check_training_settings(config) -> None:
     _check_fine_tunable(init_from, init_config, ModelConfig.from_config(config.model, init_config.vocab_size))
   corpus.training_split(config.dataset)  # a split reaching into validation or test is refused here
   decode_lib.check_bleu_tokenize(config.get('eval_bleu_tokenize', '13a'))
+
+
+BATCH_PLAN_FILE = 'batch_plan.json'  # the training batches' shapes, beside config.json
+
+
+def _record_batch_plan(workdir: str, batches) -> None:
+  """Writes the training batches' plan (rows per batch for each bucket length, batches per epoch, devices), and
+  warns first where a resumed run's plan differs from the recorded one: rows per batch are rounded to a
+  multiple of the device count, so a run resumed on another number of devices (a GPU run resumed on a CPU, a
+  pre-empted job on another slice) draws other batches from its step on than the uninterrupted run would
+  have (the same pairs each epoch, in another grouping), without any other sign."""
+  plan = {'devices': jax.device_count(), 'batches_per_epoch': batches.batches_per_epoch,
+          'rows_per_batch': {str(length): rows for length, rows in sorted(batches.rows_per_batch.items())}}
+  path = os.path.join(workdir, BATCH_PLAN_FILE)
+  if workdir_lib.has_checkpoints(workdir) and os.path.isfile(path):
+    try:
+      with open(path, encoding='utf-8') as f:
+        recorded = json.load(f)
+    except (OSError, ValueError):
+      recorded = None
+    if isinstance(recorded, dict) and {k: v for k, v in recorded.items() if k != 'devices'} != \
+        {k: v for k, v in plan.items() if k != 'devices'}:
+      logging.warning('This run plans its training batches for %d device(s) (%d batches an epoch), the '
+                      'checkpoints were trained with a plan for %s (%s batches an epoch): from here on the '
+                      'batches differ from an uninterrupted run\'s (the same pairs each epoch, grouped '
+                      'otherwise; %s records the plans)', plan['devices'],
+                      plan['batches_per_epoch'], recorded.get('devices'), recorded.get('batches_per_epoch'), path)
+  if jax.process_index() == 0:
+    with open(path + '.tmp', 'w', encoding='utf-8') as f:
+      json.dump(plan, f, indent=2)
+    os.replace(path + '.tmp', path)
 
 
 def _warn_of_a_changed_corpus(workdir: str, config) -> None:

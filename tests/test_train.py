@@ -171,6 +171,30 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_parameters(trained_workdi
   assert _losses(workdir) == _losses(trained_workdir)  # each step logged once
 
 
+def test_a_run_resumed_with_another_batch_plan_says_so(trained_workdir, tiny_config, tmp_path, caplog):
+  """Rows per batch are rounded to a multiple of the device count: a run resumed on another number of devices
+  draws other batches than the uninterrupted run, which nothing showed. The plan is recorded and compared."""
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(trained_workdir, workdir)
+  plan_path = os.path.join(workdir, train_lib.BATCH_PLAN_FILE)
+  with open(plan_path, encoding='utf-8') as f:
+    plan = json.load(f)
+  assert plan['devices'] == 1 and plan['batches_per_epoch'] > 0 and plan['rows_per_batch']
+  with caplog.at_level(logging.WARNING):
+    train_lib.train_and_evaluate(tiny_config, workdir)  # the same plan: nothing to say
+  assert 'plans its training batches' not in caplog.text
+  # A plan another run recorded (16 rows for bucket 64 where this run has 8). The plans decide, not the device
+  # counts alone: the tiny config's plan is the same on 1 device and on 8, and then nothing is said.
+  eight = {**plan, 'devices': 8, 'rows_per_batch': {**plan['rows_per_batch'], '64': 16}}
+  with open(plan_path, 'w', encoding='utf-8') as f:
+    json.dump(eight, f)
+  with caplog.at_level(logging.WARNING):
+    train_lib.train_and_evaluate(tiny_config, workdir)
+  assert 'This run plans its training batches for 1 device(s)' in caplog.text and 'a plan for 8' in caplog.text
+  with open(plan_path, encoding='utf-8') as f:
+    assert json.load(f) == plan  # this run's plan is the record now
+
+
 def test_a_resumed_run_logs_each_step_once(trained_workdir, tiny_config, tmp_path, monkeypatch):
   """Checkpoints every 10 steps, killed at step 17 after logging step 15: the resumed run takes steps 11-20
   again, and the history keeps the steps it had logged before step 10 and the resumed run's, each once."""

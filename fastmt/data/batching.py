@@ -149,8 +149,8 @@ class TrainBatches:
       rows = np.flatnonzero(self._bucket_of == b)
       rng.shuffle(rows)
       size = self.rows_per_batch[b]
-      # A last partial batch is padded with rows drawn from the same bucket so shapes stay fixed; every
-      # pair is still seen once per epoch.
+      # A last partial batch is filled with rows drawn at random from the same bucket (with replacement) so
+      # shapes stay fixed: every pair is seen at least once per epoch, up to size - 1 of them twice or more.
       if len(rows) % size:
         fill = rng.choice(rows, size - len(rows) % size) if len(rows) else rows
         rows = np.concatenate([rows, fill])
