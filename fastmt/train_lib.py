@@ -297,7 +297,9 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
                    'train_accuracy': float(window['correct'] / window['tokens']),
                    'tokens_per_s': window['real_tokens'] / elapsed,
                    'steps_per_s': window['steps'] / elapsed,
-                   'learning_rate': float(learning_rate_schedule(config)(done)),
+                   # the rate of this line's last update: optax applies schedule(count), then counts it, so
+                   # update number `done` ran at schedule(done - 1) (the first at 0: it moves Adam's moments)
+                   'learning_rate': float(learning_rate_schedule(config)(done - 1)),
                    # the steps the loss and accuracy average: fewer than log_every_steps in the first line
                    # after a resume (the steps before it, since the last line, ran in the killed run)
                    'train_window_steps': window['steps']}

@@ -12,6 +12,7 @@ import threading
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -36,6 +37,20 @@ def test_training_lowers_the_loss_and_reports_validation(trained_workdir):
   assert validation and all(np.isfinite(h['valid_nll']) and 'valid_bleu' in h for h in validation)
   assert all(isinstance(h['valid_outputs_at_cap'], int) and h['valid_outputs_at_cap'] >= 0 for h in validation)
   assert os.listdir(os.path.join(trained_workdir, 'tensorboard'))
+
+
+def test_the_logged_learning_rate_is_the_one_the_steps_last_update_used(trained_workdir, tiny_config):
+  """optax applies schedule(count) and then counts the update, so update number n runs at schedule(n - 1): the
+  history logged schedule(n), the next update's rate (0 on the last line of a run that cools down to zero)."""
+  import optax  # pylint: disable=g-import-not-at-top
+  rates = []
+  sgd = optax.sgd(lambda count: rates.append(int(count)) or 1.0)
+  sgd.update({'w': jnp.ones(())}, sgd.init({'w': jnp.ones(())}))  # the first update asks for schedule(0)
+  assert rates == [0]
+  schedule = train_lib.learning_rate_schedule(tiny_config)
+  lines = [h for h in _history(trained_workdir) if 'learning_rate' in h]
+  assert lines and all(h['learning_rate'] == pytest.approx(float(schedule(h['step'] - 1))) for h in lines)
+  assert lines[-1]['step'] == tiny_config.num_train_steps and lines[-1]['learning_rate'] > 0
 
 
 def test_the_best_validation_checkpoint_is_kept(trained_workdir):
