@@ -110,9 +110,11 @@ def test_mixed_distillation_draws_raw_with_probability_p_raw_and_is_deterministi
     make(1.5)
 
 
-def test_prepare_pairs_drops_a_pair_whose_distilled_target_is_empty():
+def test_prepare_pairs_drops_a_pair_whose_distilled_target_is_empty(caplog):
   src, tgt, dist, counts = batching.prepare_pairs([[5], [6], [7]], [[8], [9], [10]], 8, [[11], [], [12]])
   assert src == [[5], [7]] and tgt == [[8], [10]] and dist == [[11], [12]] and counts['empty'] == 1
+  # the warning names the teacher's side too: the user's corpus has no empty line to look for
+  assert 'Skipped 1 training pairs with an empty source, target or distilled target' in caplog.text
 
 
 @pytest.fixture(scope='module')

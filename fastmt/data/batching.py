@@ -60,8 +60,9 @@ def prepare_pairs(source_ids, target_ids, max_length: int, distilled_ids=None, s
                       f'and {counts["too_long"]} are longer than {max_length} tokens with EOS '
                       '(config.model.max_length)')
   if counts['empty'] or counts['too_long']:
-    logging.warning('Skipped %d %s pairs with an empty side and %d longer than %d tokens (of %d)',
-                    counts['empty'], split, counts['too_long'], max_length, len(source_ids))
+    sides = 'an empty side' if distilled_ids is None else 'an empty source, target or distilled target'
+    logging.warning('Skipped %d %s pairs with %s and %d longer than %d tokens with EOS (config.model.max_length; '
+                    'of %d)', counts['empty'], split, sides, counts['too_long'], max_length, len(source_ids))
   return kept_src, kept_tgt, (None if distilled_ids is None else kept_distilled), counts
 
 
