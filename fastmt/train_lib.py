@@ -359,6 +359,15 @@ def check_training_settings(config) -> None:
   if not is_whole_number(eval_bleu_sentences) or eval_bleu_sentences < 0:
     raise FastmtError(f'config.eval_bleu_sentences must be a whole number >= 0 (0: validation loss only), got '
                       f'{eval_bleu_sentences!r}')
+  # The batch plan's seed and mixed distillation's share of raw targets: numpy refused a negative seed, and
+  # TrainBatches a p_raw outside [0, 1], after the vocabulary had been trained and written.
+  seed = config.get('seed', 0)
+  if not is_whole_number(seed) or seed < 0:
+    raise FastmtError(f'config.seed must be a whole number >= 0, got {seed!r}')
+  p_raw = config.dataset.get('p_raw', 0.0)
+  if isinstance(p_raw, bool) or not isinstance(p_raw, numbers.Real) or not 0 <= p_raw <= 1:
+    raise FastmtError(f'config.dataset.p_raw must be a number in [0, 1] (the share of raw targets in mixed '
+                      f'distillation), got {p_raw!r}')
   # The training buckets' padded lengths (a bucket of 0 divided by zero, a fraction failed the batch plan,
   # both after the vocabulary had been trained and written).
   buckets = config.get('bucket_lengths', ())

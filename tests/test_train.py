@@ -396,6 +396,8 @@ def test_training_counts_are_checked_before_anything_is_written(tiny_config, tmp
     ('bucket_lengths', (16, 16.5), 'config.bucket_lengths must be distinct whole numbers >= 1'),
     ('bucket_lengths', ('a',), 'config.bucket_lengths must be distinct whole numbers >= 1'),
     ('bucket_lengths', (16, 16), 'config.bucket_lengths must be distinct whole numbers >= 1'),
+    ('seed', -1, 'config.seed must be a whole number >= 0'),  # numpy's error, after the vocabulary was written
+    ('dataset.p_raw', 1.5, r'config.dataset.p_raw must be a number in \[0, 1\]'),
 ])
 def test_bad_rates_and_a_missing_initial_model_are_refused_before_anything_is_written(tiny_config, tmp_path, key,
                                                                                       value, message):
