@@ -5,7 +5,9 @@ y~ = y_1 .. y_n EOS .. EOS (length ceil((n + 1) / k) * k), and cut into chunks o
 the last token of every chunk, z_i = y~_{ik}, left to right from the chunk start symbol <bos_k>, at the
 positions of the original sequence (0 for <bos_k>, then k, 2k, ...); its last token is always EOS. Skip-CMLM
 sees y~ with the first k - 1 tokens of every chunk masked (what stage I does not produce) and predicts them in
-one bidirectional pass, at positions 1 .. len(y~). "If there are multiple EOS, truncate to the first."
+one bidirectional pass, at positions 1 .. len(y~). "If there are multiple EOS, truncate to the first." (HRT
+Section 4.2's text says "masking all non-first tokens in each chunk"; its Table 1, its decoding ("k - 1
+[MASK]s before every z_i") and RoyalFlush Figure 1 mask the first k - 1, which is what stage I leaves open.)
 
 Every function here is pure index arithmetic shared by the training objective (fastmt/objectives/hrt.py) and
 the two-stage decoder (hrt.py), so that the two cannot disagree.

@@ -9,7 +9,10 @@ bidirectional mask over the row's real slots, projected to the vocabulary at the
 its argmax; the result is cut at its first EOS.
 
 With beam sizes b_at >= b_nat the top b_nat stage-I hypotheses go through stage II and the best total
-score wins: Skip-AT log-probability + the Skip-CMLM log-probabilities of the filled masks (Eq. 2).
+score wins: Skip-AT log-probability + the Skip-CMLM log-probabilities of the filled masks (Eq. 2). "Top"
+is the beam's own ranking, by its length-penalised score (alpha); Eq. 2 then adds the raw Skip-AT
+log-probability (RoyalFlush does not say which ranking picks the b_nat; with b_nat = 1 this is the beam's
+best hypothesis).
 Stage II runs on the b_at rows per sentence the step function was built for (the memory is expanded once):
 the rows beyond b_nat are all PAD and their scores ignored.
 """

@@ -19,6 +19,17 @@ left-to-right direction taking the middle word of an odd-length sentence, then E
 j % c of direction j // c, the last step's words fill its first slots: it is words, then EOS in every later
 slot (the decoders' optional end_rule='layout' keeps to those combinations).
 
+Where this departs from the paper (c > 1). Eq. 12 builds IB+SA from IBDecoder's y^bd, whose words alternate
+between the two directions; grouped z at a time, a last step of r remaining words gives ceil(r / 2) to the
+left-to-right direction and floor(r / 2) to the right-to-left one. The rule above gives the left-to-right
+direction up to c first. For (2, 2) the two differ when n = 2 (mod 4): with n = 6, y4 is the right-to-left
+direction's third word in the paper (position -3) and the left-to-right direction's fourth here (position 4,
+the right-to-left slots EOS). Training and decoding share this layout (the models of docs/BENCHMARKS.md
+section 5 were trained with it); the paper's would need end_rule='layout' to allow words in the first slots
+of each direction. The order of the slots inside a step (left-to-right words, then right-to-left ones) does
+not matter under M(h, c), where the slots of a step see each other. IMDecoder's segments (Eq. 9, "roughly
+equal") take the remaining words in order, so for n = 2 (mod 4) they differ by two words (6 = 4 + 2).
+
 Recovering the natural order needs no length: at the finishing step each direction keeps its words before
 its first EOS; a segment is its left-to-right words followed by its right-to-left words reversed.
 

@@ -15,6 +15,11 @@ The curriculum: the first round(B p_k) rows of a batch take the skip tasks, the 
 with p_k = (t / T)^lambda (lambda = 1 in the paper: linear). Batches are shuffled, so which rows does not
 matter. Mixed distillation is the data pipeline's `p_raw`; fine-tuning from an AT model is train.py's
 `config.init_from`.
+
+The loss is train_step's: summed over the scored tokens of both samples and divided by their count (the
+paper "accumulate[s] their gradients" and does not say more). So the tasks weigh as their scored tokens: a
+Skip-AT row scores about n / k tokens where AT scores n, a Skip-CMLM row (k - 1) n / k where CMLM scores n / 2
+on average, and the autoregressive task's share of the loss falls as the curriculum moves on.
 """
 
 import dataclasses
