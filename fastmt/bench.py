@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from fastmt.data import corpus
-from fastmt import api, cli, decode_lib, few_rows, kernels, precision, roofline, width, workdir as workdir_lib
+from fastmt import api, cli, decode_lib, few_rows, kernels, precision, roofline, rounds, width, workdir as workdir_lib
 from fastmt.decoding import registry
 from fastmt import translate
 from fastmt.translate import DecodeSettings, Translator
@@ -262,8 +262,10 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
 
   Quality, exactness and decoder calls use every sentence (at batch_size, and at batch 1 when
   exactness_at_batch1); the timed repeats use the first large_batch_sentences at batch_size and the first
-  speed_sentences at batch 1, every shape compiled beforehand, the methods interleaved (in a rotated order)
-  within each repeat. Identity and speed-ups are relative to the `baseline` label when it is present.
+  speed_sentences at batch 1, every shape compiled beforehand, the methods interleaved within each repeat (in
+  a Williams design's order, fastmt.rounds). Identity and speed-ups are relative to the `baseline` label when
+  it is present. The count columns (calls, tokens per call, identity) are of every sentence at batch_size; the
+  speed columns of the timed subsets.
   """
   results = {label: MethodResult(label) for label in translators}
   hypotheses, hypotheses_b1, signatures = {}, {}, {}
@@ -327,13 +329,14 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
 
 def _interleaved_times(translators: dict, sentences, batch_size: int, repeats: int) -> dict:
   """Seconds per pass over `sentences`, per label: one warm-up pass each (compiles any missing shape), then
-  `repeats` rounds in which every translator runs once, in an order rotated from round to round."""
+  `repeats` rounds in which every translator runs once, in a Williams design's order (fastmt.rounds: every
+  method in every position, right after every other, equally often)."""
   with translate.quiet_repeated_warnings():  # the quality pass warned of these sentences once
     for translator in translators.values():
       translator.translate(sentences, batch_size)
     times = {label: [] for label in translators}
     for rep in range(repeats):
-      for label in _rotated(list(translators), rep):
+      for label in rounds.round_order(translators, rep):
         start = time.perf_counter()
         translators[label].translate(sentences, batch_size)
         times[label].append(time.perf_counter() - start)
@@ -387,11 +390,6 @@ def objectives_of(workdir: str, compare_workdirs=()) -> dict:
   compared = {os.path.basename(os.path.normpath(d)): entry(d) for d in compare_workdirs}
   own = entry(workdir)
   return {os.path.basename(os.path.normpath(workdir)): own, **compared, '': own}
-
-
-def _rotated(items, k):
-  k %= len(items)
-  return items[k:] + items[:k]
 
 
 def _cpu_model() -> str:

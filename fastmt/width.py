@@ -5,8 +5,8 @@ a one-position call, and that depends on the machine, the batch size, the model 
 no drafter of docs/BENCHMARKS.md section 7 pays at batch 32, while on a GPU a wide call costs barely more than a
 narrow one. So the width is measured where it runs, not modelled. Every candidate translates the same few
 calibration sentences at the batch size asked (never the sentences being scored: the bench passes validation
-sentences), one warm-up pass each (it compiles), then `repeats` rounds in rotated order; the fastest median
-wins. Width 1 is greedy's own step: every model that `spec` decodes also decodes greedily, and `spec`'s output
+sentences), one warm-up pass each (it compiles), then `repeats` rounds in a balanced order (fastmt.rounds); the
+fastest median wins. Width 1 is greedy's own step: every model that `spec` decodes also decodes greedily, and `spec`'s output
 *is* that greedy output, so falling back changes no token, only the speed. A wider window is chosen only if it
 beats greedy by `margin` (a timing's noise must not buy a loss). The step-cost curve (fastmt.roofline) predicts
 a call's cost but not the drafter's own cost or the loop's bookkeeping; timing the whole decoder counts all.
@@ -16,6 +16,7 @@ import logging
 import statistics
 import time
 
+from fastmt import rounds
 from fastmt.errors import FastmtError
 
 WIDTHS = (2, 3, 4)  # the candidate windows besides width 1 (greedy's step)
@@ -88,9 +89,8 @@ class AutoWidthTranslator:
     for translator in self.translators.values():
       translator.translate(sentences, batch_size)  # compiles this batch size's shapes
     times = {width: [] for width in self.translators}
-    widths = list(self.translators)
     for rep in range(self.repeats):
-      for width in widths[rep % len(widths):] + widths[:rep % len(widths)]:
+      for width in rounds.round_order(self.translators, rep):
         start = self.clock()
         self.translators[width].translate(sentences, batch_size)
         times[width].append(self.clock() - start)

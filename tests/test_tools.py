@@ -252,3 +252,24 @@ def test_a_translation_is_one_line_for_every_reader():
   for code in range(0x110000):
     if not 0xD800 <= code < 0xE000:  # surrogates are no characters of a decoded str
       assert len(one_line(f'x{chr(code)}y').splitlines()) == 1, hex(code)
+
+
+@pytest.mark.parametrize('n', range(1, 9))
+def test_timing_rounds_put_every_method_everywhere_and_after_every_other_equally_often(n):
+  """fastmt.rounds: a rotation kept each method right after the same one in every round of the bench (a
+  read-only review of the bench found it); a Williams design balances positions and neighbours."""
+  from fastmt import rounds  # pylint: disable=g-import-not-at-top
+  items = [f'm{i}' for i in range(n)]
+  cycle = n if n % 2 == 0 else 2 * n
+  orders = [rounds.round_order(items, r) for r in range(cycle)]
+  assert all(sorted(order) == items for order in orders)
+  assert orders == [rounds.round_order(items, r) for r in range(cycle, 2 * cycle)]  # it repeats
+  positions = {(item, order.index(item)) for order in orders for item in items}
+  assert len(positions) == n * n  # every method in every position
+  for item in items:
+    per_position = [sum(order[p] == item for order in orders) for p in range(n)]
+    assert len(set(per_position)) == 1
+  if n > 1:
+    pairs = [(a, b) for order in orders for a, b in zip(order, order[1:])]
+    counts = {pair: pairs.count(pair) for pair in set(pairs)}
+    assert len(counts) == n * (n - 1) and len(set(counts.values())) == 1  # every neighbour equally often
