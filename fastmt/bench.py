@@ -168,6 +168,9 @@ class MethodResult:
   words_per_s: float = 0.0  # source words per second at the large batch
   words_per_s_b1: float = 0.0  # source words per second at batch 1 (the RoyalFlush figure)
   compile_s: float = 0.0
+  # decoder calls per sentence on the batch-1 timed sentences (the first speed_sentences): the calls to set
+  # beside speedup_b1 and ms_per_sentence_b1 (decoder_calls_per_sentence is of every sentence)
+  decoder_calls_per_sentence_b1_timed: float = float('nan')
 
 
 def build_translators(workdir: str, methods=DEFAULT_METHODS, checkpoint='latest', drafter_workdir=None,
@@ -305,7 +308,7 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
 
   # Large-batch throughput (every shape already compiled above).
   subset = sources[:large_batch_sentences]
-  large = _interleaved_times(translators, subset, batch_size, repeats)
+  large, _ = _interleaved_times(translators, subset, batch_size, repeats)
   for label, times in large.items():
     median = statistics.median(times)
     results[label].compile_s = max(0.0, results[label].compile_s - median * len(sources) / len(subset))
@@ -317,9 +320,10 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
 
   # Batch 1 on the first speed_sentences sentences (none: not timed, its columns stay 0).
   subset = sources[:speed_sentences]
-  small = _interleaved_times(translators, subset, 1, repeats) if subset else {}
+  small, calls_b1 = _interleaved_times(translators, subset, 1, repeats) if subset else ({}, {})
   for label, times in small.items():
     r = results[label]
+    r.decoder_calls_per_sentence_b1_timed = calls_b1[label]
     r.ms_per_sentence_b1 = 1000 * statistics.median(times) / len(subset)
     r.words_per_s_b1 = source_words(subset) / statistics.median(times)
     if baseline in small:
@@ -327,20 +331,22 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
   return list(results.values()), hypotheses, signatures
 
 
-def _interleaved_times(translators: dict, sentences, batch_size: int, repeats: int) -> dict:
-  """Seconds per pass over `sentences`, per label: one warm-up pass each (compiles any missing shape), then
-  `repeats` rounds in which every translator runs once, in a Williams design's order (fastmt.rounds: every
-  method in every position, right after every other, equally often)."""
+def _interleaved_times(translators: dict, sentences, batch_size: int, repeats: int) -> tuple[dict, dict]:
+  """(seconds per pass over `sentences`, per label; decoder calls per sentence, per label): one warm-up pass
+  each (compiles any missing shape; it counts the calls), then `repeats` rounds in which every translator runs
+  once, in a Williams design's order (fastmt.rounds: every method in every position, right after every other,
+  equally often)."""
+  calls = {}
   with translate.quiet_repeated_warnings():  # the quality pass warned of these sentences once
-    for translator in translators.values():
-      translator.translate(sentences, batch_size)
+    for label, translator in translators.items():
+      calls[label] = translator.translate(sentences, batch_size)[1].decoder_calls / len(sentences)
     times = {label: [] for label in translators}
     for rep in range(repeats):
       for label in rounds.round_order(translators, rep):
         start = time.perf_counter()
         translators[label].translate(sentences, batch_size)
         times[label].append(time.perf_counter() - start)
-  return times
+  return times, calls
 
 
 def environment_facts(**extra) -> dict:
@@ -488,10 +494,7 @@ def _greedy_floor(workdir, sources, results):
   source_lengths = [len(x) + 1 for x in tokenizer.encode(subset)]
   source_len = float(np.mean(source_lengths))
   params, _ = workdir_lib.restore_params(workdir, model_config, FLAGS.checkpoint)
-  # greedy's calls on the timed sentences (the results' calls are of the whole split: another set)
-  with translate.quiet_repeated_warnings():
-    calls = translate.Translator(model_config, params, tokenizer).translate(subset, 1)[1].decoder_calls
-  calls_per_sentence = calls / len(subset)
+  calls_per_sentence = greedy.decoder_calls_per_sentence_b1_timed  # on the timed sentences, as the time is
   target_len = round(calls_per_sentence)
   step_bytes, _ = roofline.decoder_step_cost(model_config, int(source_len), target_len)
   bandwidth = roofline.measure_read_bandwidth_gb_s(step_bytes)

@@ -740,6 +740,10 @@ def test_the_table_reads_each_rows_factorisation_from_results_json(tmp_path):
   assert table.slots_of(str(tmp_path), 'im_kd', {}) == (4, 1)
   # the ideal: AT's encoder + calls at step_cost(1) over the model's encoder + calls at step_cost(z)
   assert table.ideal_speedup(1.0, 30, 15, {1: 0.2, 2: 0.3}, 2) == pytest.approx((1 + 6) / (1 + 4.5))
+  # its calls are those of the timed sentences where results.json has them, else the whole split's
+  assert table.timed_calls({'decoder_calls_per_sentence': 30.0, 'decoder_calls_per_sentence_b1_timed': 28.5}) == 28.5
+  assert table.timed_calls({'decoder_calls_per_sentence': 30.0, 'decoder_calls_per_sentence_b1_timed': math.nan}) == 30
+  assert table.timed_calls({'decoder_calls_per_sentence': 30.0}) == 30.0
 
 
 @pytest.mark.xdist_group('interleaved_model')
