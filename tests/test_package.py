@@ -152,10 +152,12 @@ def test_the_committed_notebooks_run_small_and_set_up_colab_the_same_way():
     code = [''.join(c['source']) for c in cells if c['cell_type'] == 'code']
     assert '\nSMALL = True\n' in code[0], path.name
     assert 'YOUR-ACCOUNT' not in path.read_text(encoding='utf-8'), path.name
-    setups[path.name] = code[0][code[0].index('import os'):]
+    setups[path.name] = code[0][code[0].index('\nimport '):]  # from the setup's first import on
   assert len(setups) == 5 and len(set(setups.values())) == 1, 'the notebooks\' setup cells differ'
   setup = next(iter(setups.values()))
   assert "REPO_URL = ''  # @param" in setup and 'jax[tpu]' in setup and 'jax[cuda12]' in setup
+  # a TPU from v5e on shows no /dev/accel*: libtpu (on every TPU runtime) tells it
+  assert "find_spec('libtpu')" in setup
 
 
 def test_the_notebook_runner_keeps_each_notebook_after_those_it_reuses(monkeypatch):
