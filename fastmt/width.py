@@ -6,10 +6,11 @@ no drafter of docs/BENCHMARKS.md section 7 pays at batch 32, while on a GPU a wi
 narrow one. So the width is measured where it runs, not modelled. Every candidate translates the same few
 calibration sentences at the batch size asked (never the sentences being scored: the bench passes validation
 sentences), one warm-up pass each (it compiles), then `repeats` rounds in a balanced order (fastmt.rounds); the
-fastest median wins. Width 1 is greedy's own step: every model that `spec` decodes also decodes greedily, and `spec`'s output
-*is* that greedy output, so falling back changes no token, only the speed. A wider window is chosen only if it
-beats greedy by `margin` (a timing's noise must not buy a loss). The step-cost curve (fastmt.roofline) predicts
-a call's cost but not the drafter's own cost or the loop's bookkeeping; timing the whole decoder counts all.
+fastest median wins. Width 1 is greedy's own step: every model that `spec` decodes also decodes greedily, and
+`spec`'s output *is* that greedy output, so falling back changes no token, only the speed. A wider window is
+chosen only if it beats greedy by `margin` (a timing's noise must not buy a loss). The step-cost curve
+(fastmt.roofline) predicts a call's cost but not the drafter's own cost or the loop's bookkeeping; timing the
+whole decoder counts all.
 """
 
 import logging
