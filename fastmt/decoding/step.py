@@ -33,8 +33,11 @@ class DecoderStepFn(Protocol):
         new positions (HRT's stage II needs them at its masks only; fastmt's step function, make_step_fn,
         then runs the last decoder layer and the output projection at those positions alone).
         Decoders that never pass it may be given step functions without it.
+      The interleaved decoders also pass `directions=` int32 [B, T] to a layout with direction embeddings
+      (IMDecoder); a step function for such a model takes it.
     Returns:
-      (logits float32 [B, T, V], or [B, P, V] with `project`; updated cache).
+      (logits [B, T, V], or [B, P, V] with `project`: float32, bfloat16 or float16, the searches compute in
+      float32; updated cache).
     """
 
 
