@@ -90,11 +90,16 @@ def select_positions(logits, project):
   return logits[:, project] if project.ndim == 1 else jnp.take_along_axis(logits, project[..., None], 1)
 
 
+def source_memory(model, params, source):
+  """The decoder's cross-attention memory of source [B, S]: encode, then every layer's keys and values."""
+  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
+  return model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+
+
 def model_step(model, params, source, eos_after=None):
   """A DecoderStepFn over a random model; eos_after [B] forces EOS to win from that position on, so that
   tests control where each row ends (a function of position only: greedy and Jacobi see the same model)."""
-  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
-  memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+  memory = source_memory(model, params, source)
 
   def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None):
     logits, _, cache = model.apply({'params': params}, tokens, positions, self_mask, memory, cache, write_offsets,

@@ -346,16 +346,15 @@ def test_both_stages_call_the_model_as_the_skip_tasks_train_it(k, relative):
   before every stage-I token, positions 1 .. L, bidirectional). Logits recorded from inside the loops (a
   random model mostly copies its input token, so its outputs alone would not show a wrong mask or position).
   Stage I's EOS is forced at its fourth call, so that both rows end there as the training target does."""
-  from conftest import (random_model, select_positions, tiny_model_config,  # pylint: disable=g-import-not-at-top
-                        with_random_relative_keys)
+  from conftest import (random_model, select_positions, source_memory,  # pylint: disable=g-import-not-at-top
+                        tiny_model_config, with_random_relative_keys)
   from fastmt import models  # pylint: disable=g-import-not-at-top
   config = tiny_model_config(relative_key_distance=relative)
   model, params = random_model(5, config)
   if relative:
     params = with_random_relative_keys(params)
   source = jnp.array([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
-  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
-  memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+  memory = source_memory(model, params, source)
   calls = []
 
   def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None):

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import REPO, VOCAB, one_hot_logits, random_model, stub_cache, tiny_model_config, with_random_relative_keys
+from conftest import (REPO, VOCAB, one_hot_logits, random_model, source_memory, stub_cache, tiny_model_config,
+                      with_random_relative_keys)
 from fastmt import models
 from fastmt.decoding import interleaving as order
 from fastmt.decoding.interleaved import interleaved_beam, interleaved_greedy, prune_outer_sum
@@ -325,24 +326,32 @@ def test_beam_takes_greedys_token_where_a_slots_logits_hold_nan_or_inf(bad):
     np.testing.assert_array_equal(beam.tokens, greedy.tokens)
 
 
-@pytest.mark.parametrize('h,c,positions,embeddings,relative', [
-    (2, 1, 'signed', False, 0), (2, 2, 'signed', False, 0), (4, 1, 'step', True, 0), (1, 2, 'vanilla', False, 0),
-    (2, 2, 'signed', False, 3)])  # relative position keys over negative positions
-def test_cached_interleaved_decoding_equals_the_training_pass(h, c, positions, embeddings, relative):
-  """The decoder's per-step calls with the KV cache give the training pass's logits slot for slot."""
+# (h, c, positions, direction embeddings, relative key distance): IBDecoder, IB+SA, IMDecoder, SA with vanilla
+# positions, and IB+SA with relative position keys over negative positions
+LAYOUT_CASES = [(2, 1, 'signed', False, 0), (2, 2, 'signed', False, 0), (4, 1, 'step', True, 0),
+                (1, 2, 'vanilla', False, 0), (2, 2, 'signed', False, 3)]
+TWO_SOURCES = jnp.array([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
+
+
+def random_interleaved_model(seed, h, c, positions, embeddings, relative):
+  """(config, layout with start ids 10.., model, params) of a random model for one of LAYOUT_CASES."""
   config = tiny_model_config(num_directions=h if embeddings else 0, relative_key_distance=relative)
   layout = order.Interleaving(h, c, positions=positions, direction_embeddings=embeddings,
                               start_ids=tuple(range(10, 10 + h * c)))
-  model, params = random_model(3, config)
-  if relative:
-    params = with_random_relative_keys(params)
-  source = jnp.array([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
+  model, params = random_model(seed, config)
+  return config, layout, model, with_random_relative_keys(params) if relative else params
+
+
+@pytest.mark.parametrize('h,c,positions,embeddings,relative', LAYOUT_CASES)
+def test_cached_interleaved_decoding_equals_the_training_pass(h, c, positions, embeddings, relative):
+  """The decoder's per-step calls with the KV cache give the training pass's logits slot for slot."""
+  config, layout, model, params = random_interleaved_model(3, h, c, positions, embeddings, relative)
+  source = TWO_SOURCES
   target = jnp.array([[11, 12, 13, 14, 15, 16, 17, EOS_ID], [18, 19, 20, EOS_ID, 0, 0, 0, 0]])
   fields = objective.reordered_batch({'source': source, 'decoder_input': target, 'target': target}, layout)
   full = model.apply({'params': params}, source, fields['decoder_input'], fields['positions'], fields['self_mask'],
                      directions=fields.get('directions'))
-  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
-  memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+  memory = source_memory(model, params, source)
   z, total = h * c, fields['target'].shape[1]
   cache = models.init_cache(config, 2, total)
   step_positions, step_directions = order.positions(layout, total // z), order.directions(layout, total // z)
@@ -357,24 +366,16 @@ def test_cached_interleaved_decoding_equals_the_training_pass(h, c, positions, e
     np.testing.assert_allclose(np.asarray(logits), np.asarray(full[:, sl]), atol=2e-4)
 
 
-@pytest.mark.parametrize('h,c,positions,embeddings,relative', [
-    (2, 1, 'signed', False, 0), (2, 2, 'signed', False, 0), (4, 1, 'step', True, 0), (1, 2, 'vanilla', False, 0),
-    (2, 2, 'signed', False, 3)])
+@pytest.mark.parametrize('h,c,positions,embeddings,relative', LAYOUT_CASES)
 def test_the_greedy_decoders_calls_are_the_training_layouts(h, c, positions, embeddings, relative):
   """interleaved_greedy on a real model (EOS masked, so every row runs 3 full steps): each of its decoder calls
   gives the training pass's logits for the words it returns, given them as the target, slot for slot. So the
   decoder feeds every call the positions, mask, directions and cache offsets of the objective's layout (the
   test above builds those calls itself). The calls' logits are recorded from inside the loop: a random model
   mostly copies its input token, so comparing argmaxes alone would not see a wrong mask or position."""
-  config = tiny_model_config(num_directions=h if embeddings else 0, relative_key_distance=relative)
-  layout = order.Interleaving(h, c, positions=positions, direction_embeddings=embeddings,
-                              start_ids=tuple(range(10, 10 + h * c)))
-  model, params = random_model(4, config)
-  if relative:
-    params = with_random_relative_keys(params)
-  source = jnp.array([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
-  encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
-  memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+  config, layout, model, params = random_interleaved_model(4, h, c, positions, embeddings, relative)
+  source = TWO_SOURCES
+  memory = source_memory(model, params, source)
   no_eos = lambda logits: logits.at[..., EOS_ID].set(-1e9)
   calls = {}
 
@@ -415,8 +416,7 @@ def test_the_beams_winning_path_reads_its_own_cache(h, c, seed):
   model, params = random_model(seed, config)
   source = jnp.array([[5, 6, 7, 8, EOS_ID], [9, 10, 11, EOS_ID, PAD_ID]])
   rows_source = jnp.repeat(source, k, axis=0)
-  encoded = model.apply({'params': params}, rows_source, method=models.Transformer.encode)
-  memory = model.apply({'params': params}, encoded, rows_source, method=models.Transformer.memory)
+  memory = source_memory(model, params, rows_source)
   no_eos = lambda logits: logits.at[..., EOS_ID].set(-1e9)
   calls = []
 
