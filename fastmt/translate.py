@@ -17,6 +17,7 @@ model's maximum is truncated (counted, with a warning naming the input line), an
 cap is counted.
 """
 
+import collections.abc
 import contextlib
 import dataclasses
 import functools
@@ -672,15 +673,18 @@ class Translator:
     for ids in self.iter_ids(texts, batch_size, stats, chunk_sentences, stream=stream):
       yield self.tokenizer.decode([ids])[0]
 
-  def translate_ids(self, texts: list[str], batch_size: int = 32, stats: TranslationStats | None = None,
+  def translate_ids(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
                     lines_at_cap: list | None = None):
     """(output ids per input, statistics): the ids up to EOS, without it; empty for empty inputs. `stats`
-    (new if None) is added to; lines_at_cap as in iter_ids."""
+    (new if None) is added to; lines_at_cap as in iter_ids. texts: a list, or any iterable of lines (read
+    whole: one chunk; translate_iter streams)."""
+    if not isinstance(texts, (str, collections.abc.Sequence)):
+      texts = list(texts)  # a generator or a file: its length sizes the one chunk
     stats = _stats_or_new(stats)
     return list(self.iter_ids(texts, batch_size, stats, chunk_sentences=max(1, len(texts)),
                               lines_at_cap=lines_at_cap)), stats
 
-  def translate(self, texts: list[str], batch_size: int = 32, stats: TranslationStats | None = None,
+  def translate(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
                 lines_at_cap: list | None = None) -> tuple[list[str], TranslationStats]:
     """Translations in input order; an empty (or blank) line gives an empty line without decoding.
     lines_at_cap as in iter_ids."""

@@ -9,6 +9,7 @@ import pytest
 
 import fastmt
 from conftest import DATA, REPO
+from fastmt import decode_lib
 from fastmt.errors import FastmtError
 
 SENTENCES = [line.rstrip('\n') for line in open(DATA / 'genesis.en', encoding='utf-8')][:12]
@@ -25,6 +26,9 @@ def test_load_and_translate_in_order_with_every_algorithm(trained_workdir):
   ids, stats = model.translator().translate_ids(SENTENCES)
   assert len(greedy) == len(SENTENCES) and stats.output_tokens > len(SENTENCES)  # real decoding happened
   assert model.tokenizer.decode(ids) == greedy
+  translator = model.translator()  # the lower-level Translator takes any iterable too, as its errors say
+  assert translator.translate(line for line in SENTENCES)[0] == greedy
+  assert [list(x) for x in translator.translate_ids(iter(SENTENCES))[0]] == [list(x) for x in ids]
   assert model.translate(SENTENCES[3]) == greedy[3]  # one string in, one string out, batch-independent
   assert model.translate(SENTENCES, algorithm='pgj', block_size=3) == greedy  # exact
   assert model.translate(SENTENCES, algorithm='hgj', block_size=2, parallel_length=4) == greedy
@@ -92,14 +96,17 @@ def test_the_outside_decoder_example_of_docs_api_runs():
 
 def test_the_library_example_of_docs_api_runs(trained_workdir, tmp_path, monkeypatch, capsys):
   block = next(b for b in api_blocks() if 'fastmt.load' in b)
-  (tmp_path / 'big.en').write_text('\n'.join(SENTENCES[:3]) + '\n', encoding='utf-8')
+  # a Windows line end, and a lone '\r' inside a line (Python's default open() would end a line there)
+  (tmp_path / 'big.en').write_bytes(f'{SENTENCES[0]}\r\n{SENTENCES[1]}\rand\n{SENTENCES[2]}\n'.encode('utf-8'))
   monkeypatch.chdir(tmp_path)
   code = block.replace("'runs/quickstart'", repr(trained_workdir))
   namespace = {'sentences': SENTENCES}
   exec(compile(code, 'docs/API.md', 'exec'), namespace)  # pylint: disable=exec-used
   assert isinstance(namespace['model'], fastmt.TranslationModel)
   printed = capsys.readouterr().out.split('\n')[:-1]
-  assert printed == namespace['model'].translate(SENTENCES[:3])  # translate_iter streamed big.en in order
+  as_decode_py_reads = list(decode_lib.iter_lines(str(tmp_path / 'big.en')))
+  assert as_decode_py_reads == [SENTENCES[0], SENTENCES[1] + '\rand', SENTENCES[2]]
+  assert printed == namespace['model'].translate(as_decode_py_reads)  # streamed in order, the lines decode.py reads
 
 
 def test_a_work_directory_from_before_objectives_were_recorded_loads_as_autoregressive(trained_workdir, tmp_path):
