@@ -6,7 +6,7 @@
     model.translate(sentences, algorithm='pgj', block_size=3)                           # == greedy, exact
     model.translate(sentences, algorithm='beam', beam_size=4, batch_size=64)
     model.translate(sentences, algorithm='spec', drafter='model', draft_model='runs/drafter')  # == greedy
-    for line in model.translate_iter(open('big.en'), algorithm='hgj'):                  # streamed, in order
+    for line in model.translate_iter(open('big.en', newline='\n'), algorithm='hgj'):    # streamed, in order
         ...
 
 Decoding algorithms themselves are pure functions of a decoder-step callable (fastmt.decoding), usable on

@@ -135,6 +135,12 @@ def _cells(trace: SentenceTrace):
 _COLOURS = {'final': '#dddddd', 'correct': '#b7e4b0', 'wrong': '#f4b6b6'}
 
 
+def _plain(text: str) -> str:
+  """Text for a matplotlib label: a tab, form feed or other control character (no glyph: a warning a character)
+  shown as a space; the callers turn off mathtext too, where 'pay $5 or $x^{' is a parse error."""
+  return ''.join(c if c.isprintable() else ' ' for c in text)
+
+
 def render_png(trace: SentenceTrace, path: str) -> None:
   # A Figure of its own, not pyplot: drawing a file must not switch the caller's backend (a notebook's inline
   # plots stopped showing after a DDGviz picture when this set matplotlib.use('Agg')).
@@ -147,16 +153,18 @@ def render_png(trace: SentenceTrace, path: str) -> None:
     ax.add_patch(Rectangle((pos, k), 1, 1, facecolor=_COLOURS[state], edgecolor='black' if committed else 'white',
                                linewidth=2.0 if committed else 0.5))
     if piece:
-      ax.text(pos + 0.5, k + 0.5, piece, ha='center', va='center', fontsize=7)
+      ax.text(pos + 0.5, k + 0.5, _plain(piece), ha='center', va='center', fontsize=7, parse_math=False)
   final_at = trace.final_at
   for pos, piece in enumerate(trace.pieces):
-    ax.text(pos + 0.5, iterations + 0.35, piece, ha='center', va='center', fontsize=7, weight='bold')
+    ax.text(pos + 0.5, iterations + 0.35, _plain(piece), ha='center', va='center', fontsize=7, weight='bold',
+            parse_math=False)
     ax.text(pos + 0.5, iterations + 0.8, str(final_at[pos]), ha='center', va='center', fontsize=6, color='#555')
   ax.set_xlim(0, m)
   ax.set_ylim(iterations + 1.1, 0)
   ax.set_yticks([k + 0.5 for k in range(iterations)], [f'it {k + 1}' for k in range(iterations)], fontsize=7)
   ax.set_xticks([])
-  ax.set_title(f'DDGviz {trace.method}: {iterations} iterations for {m} tokens\n{trace.source[:110]}', fontsize=8)
+  ax.set_title(f'DDGviz {trace.method}: {iterations} iterations for {m} tokens\n{_plain(trace.source[:110])}',
+               fontsize=8, parse_math=False)
   for side in ('top', 'right', 'bottom', 'left'):
     ax.spines[side].set_visible(False)
   fig.tight_layout()

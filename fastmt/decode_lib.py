@@ -74,12 +74,13 @@ def count_lines(path: str) -> int | None:
   every line came out; None for stdin and other streams (a pipe, /dev/stdin), which counting would consume."""
   if path == '-' or not os.path.isfile(path):
     return None
-  count, last = 0, b'\n'
+  count, last, first = 0, b'\n', None
   with open(path, 'rb') as f:
     while block := f.read(1 << 20):
+      first = block if first is None else first
       count += block.count(b'\n')
       last = block[-1:]
-  return count + (last != b'\n')
+  return 0 if first == corpus.UTF8_BOM else count + (last != b'\n')  # a BOM alone: an empty file, as iter_lines reads it
 
 
 def check_input_path(path: str, what: str = 'input file') -> None:
@@ -185,6 +186,8 @@ def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
   head = b''  # the first line's first bytes: a gzip or UTF-16 file is named as one
   try:
     for number, raw in enumerate(stream, start=1):
+      if number == 1 and raw == corpus.UTF8_BOM:  # the whole input is a BOM (an editor's empty UTF-8 file): no line
+        return
       raw = raw[:-1] if raw.endswith(b'\n') else raw
       if number == 1:
         head = raw[:8]

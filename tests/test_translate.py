@@ -741,6 +741,7 @@ def test_check_paths_counts_the_input_lines_in_its_utf8_pass(tmp_path):
     src.write_bytes(content)
     want = decode_lib.count_lines(str(src))
     assert want == content.count(b'\n') + (not content.endswith(b'\n') and content != b''), content
+    assert want == len(list(decode_lib.iter_lines(str(src), 'replace'))), content
     assert decode_lib.check_paths(str(src), str(tmp_path / 'hyp'), errors='replace') == want, content
     if b'\xff' not in content:
       assert decode_lib.check_paths(str(src), str(tmp_path / 'hyp')) == want, content
@@ -769,6 +770,23 @@ def test_decode_cli_checks_its_files_before_it_loads_the_model(tmp_path):
     assert process.returncode != 0 and stderr.strip().splitlines()[-1].startswith('decode.py: error: '), stderr
     assert message in stderr and 'Traceback' not in stderr, (args, stderr)
   assert src.read_text(encoding='utf-8') == 'God\n'
+
+
+def test_ddgviz_draws_dollars_and_control_characters_as_text(tmp_path):
+  """A source or piece with '$' signs is text, not mathtext (an unclosed '$x^{' failed the picture), and a tab
+  or form feed in a source line draws as a space, not a missing-glyph warning a character."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  from fastmt import ddgviz  # pylint: disable=g-import-not-at-top
+  pieces = ['\u2581$x^{', '\u2581$5', '</s>']
+  trace = ddgviz.SentenceTrace(
+      source='pay $x^{ or\t$5\fnow', pieces=pieces, final=np.array([5, 6, 2]), starts=np.array([0, 1]),
+      predictions=np.array([[5, 7, 2], [6, 2, 2]]), probabilities=np.full((2, 3), 0.5), accepted=np.array([1, 2]),
+      piece_of={5: pieces[0], 6: pieces[1], 7: '\u2581$', 2: '</s>'}, method='pgj')
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    ddgviz.render_png(trace, str(tmp_path / 'a.png'))
+    ddgviz.render_html(trace, str(tmp_path / 'a.html'))
+  assert (tmp_path / 'a.png').stat().st_size > 1000 and '$x^{' in (tmp_path / 'a.html').read_text(encoding='utf-8')
 
 
 def test_ddgviz_refuses_what_it_cannot_draw_before_the_model_loads(tmp_path):
@@ -926,6 +944,13 @@ def test_a_byte_order_mark_is_not_part_of_the_first_input_or_reference_line(tmp_
   """Windows editors start UTF-8 files with U+FEFF; glued to line 1 it would cost a reference its first word
   in BLEU. decode.py reads inputs and references as the training data reader does: without it."""
   from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.data import corpus  # pylint: disable=g-import-not-at-top
   path = tmp_path / 'ref.txt'
   path.write_bytes('\ufeffIm Anfang\r\nschuf \ufeffGott\n'.encode('utf-8'))
   assert list(decode_lib.iter_lines(str(path))) == ['Im Anfang', 'schuf \ufeffGott']  # only the leading mark
+  path.write_bytes(b'\xef\xbb\xbf')  # an empty file as Notepad saves it: no line, as the corpus reader sees it
+  assert list(decode_lib.iter_lines(str(path))) == corpus.read_lines(str(path)) == []
+  assert decode_lib.count_lines(str(path)) == 0
+  path.write_bytes(b'\xef\xbb\xbf\n')  # one empty line
+  assert list(decode_lib.iter_lines(str(path))) == corpus.read_lines(str(path)) == ['']
+  assert decode_lib.count_lines(str(path)) == 1
