@@ -80,7 +80,9 @@ def count_lines(path: str) -> int | None:
       first = block if first is None else first
       count += block.count(b'\n')
       last = block[-1:]
-  return 0 if first == corpus.UTF8_BOM else count + (last != b'\n')  # a BOM alone: an empty file, as iter_lines reads it
+  if first == corpus.UTF8_BOM:  # a BOM alone: an empty file, as iter_lines reads it
+    return 0
+  return count + (last != b'\n')
 
 
 def check_input_path(path: str, what: str = 'input file') -> None:
