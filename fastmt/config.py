@@ -1,12 +1,40 @@
 """The model's hyper-parameters as one frozen dataclass, built from the `model` block of a config file."""
 
 import dataclasses
+import difflib
 import json
 import numbers
 
 import jax.numpy as jnp
 
 from fastmt.errors import FastmtError
+
+
+# The keys a training config may hold (configs/quickstart.py sets and explains each), besides `model` (ModelConfig's
+# fields) and the objectives' option blocks. A key outside them is a typo that would otherwise train with the
+# default in its place ('objectve', 'dataset.distiled_dir'), so it is refused, as on the command line.
+TRAINING_KEYS = frozenset((
+    'bucket_lengths', 'checkpoint_every_steps', 'cooldown_fraction', 'dataset', 'eval_bleu_sentences',
+    'eval_bleu_tokenize', 'eval_every_steps', 'grad_clip_norm', 'init_from', 'keep_best_checkpoint',
+    'label_smoothing', 'learning_rate', 'log_every_steps', 'max_checkpoints_to_keep', 'model', 'num_train_steps',
+    'objective', 'seed', 'tokens_per_batch', 'vocab_character_coverage', 'vocab_size', 'warmup_steps',
+    'weight_decay'))
+DATASET_KEYS = frozenset(('data_dir', 'distilled_dir', 'name', 'p_raw', 'reverse', 'test_files', 'train_files',
+                          'train_split', 'validation_files'))
+
+
+def check_training_keys(config, option_blocks) -> None:
+  """A FastmtError naming each key of config (top level, or its dataset block) that fastmt does not read, with
+  the nearest known key; option_blocks: the objectives' option block names (config.hrt, ...), also known."""
+  for where, keys, known in (('config', config.keys(), TRAINING_KEYS | set(option_blocks)),
+                             ('config.dataset', (config.get('dataset') or {}).keys(), DATASET_KEYS)):
+    unknown = sorted(set(keys) - known)
+    if unknown:
+      hints = [f"{where}.{key}" + (f" (did you mean {where}.{close[0]}?)"
+                                   if (close := difflib.get_close_matches(key, known, n=1)) else '')
+               for key in unknown]
+      raise FastmtError(f'Unknown training config key{"s" * (len(unknown) > 1)} {", ".join(hints)}; '
+                        f'{where} knows {sorted(known)}')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from fastmt import decode_lib, models, objectives, progress as progress_lib, workdir as workdir_lib
-from fastmt.config import ModelConfig
+from fastmt.config import ModelConfig, check_training_keys
 from fastmt.errors import FastmtError
 from fastmt.data import corpus, pipeline
 from fastmt.data.tokenizer import PAD_ID
@@ -211,6 +211,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   """Trains config's model in workdir, resuming from its latest checkpoint; returns the final state."""
   workdir = os.fspath(workdir)
   config = with_absolute_paths(config)
+  check_training_keys(config, [key for key in objectives.OPTIONS_KEY.values() if key])  # typos, first
   objective_name = config.get('objective', workdir_lib.DEFAULT_OBJECTIVE)
   objective_options = objectives.options_of(config, objective_name)  # bad names and keys fail here, first
   # The architecture too (unknown keys, dtype, shapes), before the corpus loads or anything is written: a

@@ -99,6 +99,10 @@ def test_a_shipped_config_is_named_without_its_path(tmp_path):
 def test_an_unknown_objective_or_config_key_is_one_line(tmp_path):
   # a config file's own KeyError is its error, not the override's
   (tmp_path / 'own.py').write_text("def get_config():\n  raise KeyError('missing_in_the_config_file')\n")
+  # a typo inside a config file trained with the default in its place, where the same typo as a flag failed
+  for name, typo in (('typo', "c.objectve = 'selfdraft'"), ('typo_data', "c.dataset.distiled_dir = '/kd'")):
+    (tmp_path / f'{name}.py').write_text(
+        f'from fastmt.configs import tiny\ndef get_config():\n  c = tiny.get_config()\n  {typo}\n  return c\n')
   for config, override, message in (
       ('tiny', '--config.objective=nat', "Unknown training objective 'nat'"),
       ('tiny', '--config.model.heads=3', "--config.model.heads: the config has no key 'heads'"),
@@ -109,6 +113,10 @@ def test_an_unknown_objective_or_config_key_is_one_line(tmp_path):
       ('nosuchconfig', '--config.seed=1', "no config file 'nosuchconfig', and no shipped config of that name"),
       ('quickstart:zzz', '--config.seed=1', 'get_config() takes 0 positional arguments'),
       (str(tmp_path / 'own.py'), '--config.seed=1', "bad config: KeyError 'missing_in_the_config_file'"),
+      (str(tmp_path / 'typo.py'), '--config.seed=1',
+       'Unknown training config key config.objectve (did you mean config.objective?)'),
+      (str(tmp_path / 'typo_data.py'), '--config.seed=1',
+       'Unknown training config key config.dataset.distiled_dir (did you mean config.dataset.distilled_dir?)'),
       # ml_collections joined the two tuples, (12, 16, 20), without a word
       ('tiny', ('--config.bucket_lengths=(12,16)', '--config.bucket_lengths', '(20,)'),
        '--config.bucket_lengths given more than once')):
@@ -118,6 +126,22 @@ def test_an_unknown_objective_or_config_key_is_one_line(tmp_path):
     assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
   assert not (tmp_path / 'run').exists()
+
+
+def test_the_known_training_keys_are_the_reference_configs_and_every_shipped_config_has_only_those():
+  """configs/quickstart.py sets and explains every key fastmt reads (TRAINING_KEYS, DATASET_KEYS); a shipped
+  config adds only its objective's options block."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  from fastmt.config import DATASET_KEYS, TRAINING_KEYS, check_training_keys  # pylint: disable=g-import-not-at-top
+  from fastmt.objectives import OPTIONS_KEY  # pylint: disable=g-import-not-at-top
+  reference = importlib.import_module('fastmt.configs.quickstart').get_config()
+  assert set(reference.keys()) == TRAINING_KEYS and set(reference.dataset.keys()) == DATASET_KEYS
+  names = sorted(p.stem for p in (REPO / 'configs').glob('*.py') if not p.stem.startswith('_'))
+  for name in names:
+    get_config = importlib.import_module(f'fastmt.configs.{name}').get_config
+    config = get_config()  # the default argument where one is taken
+    check_training_keys(config, [key for key in OPTIONS_KEY.values() if key])
+  assert len(names) >= 12
 
 
 def test_inference_does_not_import_the_training_stack():
