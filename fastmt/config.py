@@ -5,6 +5,7 @@ import difflib
 import json
 import numbers
 
+import jax
 import jax.numpy as jnp
 
 from fastmt.errors import FastmtError
@@ -84,6 +85,9 @@ class ModelConfig:
       floating = False
     if not floating:
       raise FastmtError(f"dtype must be a floating-point dtype such as 'float32' or 'bfloat16', got {self.dtype!r}")
+    if jnp.dtype(self.dtype).itemsize > 4 and not jax.config.jax_enable_x64:  # JAX would compute in float32
+      raise FastmtError(f'dtype {self.dtype!r} needs JAX_ENABLE_X64=1 (without it JAX computes in float32 while '
+                        "the work directory would record float64); 'float32' or 'bfloat16'")
     if self.quantization not in ('', 'int8', 'int8_layers'):
       raise FastmtError(f"quantization must be '', 'int8' or 'int8_layers', got {self.quantization!r}")
 

@@ -52,7 +52,8 @@ def _to_bfloat16(params):
 
 
 def for_inference(config: ModelConfig, params, dtype: str):
-  """(config, params) for decoding in `dtype` ('float32' leaves both unchanged).
+  """(config, params) for decoding in `dtype`. 'float32' leaves float weights as they are and computes in float32,
+  also for a model trained with bfloat16 activations (config.dtype; its weights are float32).
 
   Already quantized (config, params) (fastmt.quantize.load) are returned as they are for 'float32', and with
   the requested activations for their own scheme ('int8' / 'bfloat16_int8' for an 'int8' model); quantizing
@@ -72,4 +73,6 @@ def for_inference(config: ModelConfig, params, dtype: str):
     params = quantize.with_kernel_layout(quantize.quantize_params(params, scheme))
   if activations == 'bfloat16':
     config, params = config.replace(dtype='bfloat16'), _to_bfloat16(params)
+  else:  # a model trained with bfloat16 activations decoded in bfloat16 while the report said float32
+    config = config.replace(dtype=activations)
   return config, params

@@ -86,6 +86,27 @@ def test_bfloat16_inference_casts_matrices_only_and_keeps_float32_logits(trained
     precision.for_inference(model_config, params, 'float16')
 
 
+def test_a_model_trained_with_bfloat16_activations_decodes_in_float32_when_asked(trained_workdir, tmp_path):
+  """config.model.dtype='bfloat16' trains bfloat16 activations over float32 weights; decoding it with the default
+  --dtype float32 ran in bfloat16 while the report (and --metrics_json) said float32."""
+  import fastmt  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'bf16_trained'
+  shutil.copytree(trained_workdir, workdir)
+  recorded = json.loads((workdir / 'model_config.json').read_text())
+  (workdir / 'model_config.json').write_text(json.dumps({**recorded, 'dtype': 'bfloat16'}))
+  model_config = workdir_lib.load_model_config(str(workdir))
+  params, _ = workdir_lib.restore_params(str(workdir), model_config)
+  assert model_config.dtype == 'bfloat16'
+  assert precision.for_inference(model_config, params, 'float32')[0].dtype == 'float32'
+  sources = corpus.read_lines(str(DATA / 'genesis.en'))[:6]
+  model = fastmt.load(str(workdir))
+  assert model.translator().config.dtype == 'float32'
+  assert model.translate(sources) == fastmt.load(trained_workdir).translate(sources)
+  assert fastmt.load(str(workdir), dtype='bfloat16').translator().config.dtype == 'bfloat16'
+  with pytest.raises(ValueError, match='JAX_ENABLE_X64'):  # trained in float32 while recorded as float64
+    model_config.replace(dtype='float64')
+
+
 def test_mixed_distillation_draws_raw_with_probability_p_raw_and_is_deterministic():
   n = 400
   src = [[5 + i % 7] * 3 for i in range(n)]
