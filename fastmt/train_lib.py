@@ -227,7 +227,11 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   # A finished run (its newest checkpoint at num_train_steps) only restores and returns, in seconds: a second
   # process resuming it at the same time (notebooks 02-05 each resume 01's model; scripts sharing one base
   # model) waits for the lock instead of failing. A run with steps left to train is refused at once.
-  finished = _newest_checkpoint_step(workdir) >= config.num_train_steps
+  newest = _newest_checkpoint_step(workdir)
+  if newest > config.num_train_steps:  # it printed 'Resumed from step N', trained nothing and recorded the lower count
+    raise FastmtError(f'{workdir} holds a run at step {newest}, past config.num_train_steps={config.num_train_steps}: '
+                      'nothing to train (decode it as it is, raise num_train_steps to go on, or give a new --workdir)')
+  finished = newest >= config.num_train_steps
   with workdir_lib.training_lock(workdir, wait_s=FINISHED_RUN_LOCK_WAIT_S if finished else 0):
     return _train_in(config, workdir, objective_name, objective_options)
 
@@ -355,6 +359,14 @@ def check_training_settings(config) -> None:
     raise FastmtError(f'config.label_smoothing must be below 1, got {config.get("label_smoothing")!r}')
   if (config.get('cooldown_fraction') or 0) > 1:  # 1: warm-up, then a linear decay over the whole run
     raise FastmtError(f'config.cooldown_fraction must be at most 1, got {config.get("cooldown_fraction")!r}')
+  # A warm-up past the cool-down's start (the quickstart's 200 steps with num_train_steps=100): the rate never
+  # reaches config.learning_rate (3e-8 to 9e-8 against 3e-3 in one such run), legal but seldom meant.
+  highest = float(jnp.max(learning_rate_schedule(config)(jnp.arange(1, config.num_train_steps + 1))))
+  if highest < 0.5 * config.learning_rate:
+    logging.warning('The learning rate never exceeds %.3g, %.0f%% of config.learning_rate=%g: warmup_steps=%d is '
+                    'longer than this run of %d steps before its cool-down (cooldown_fraction=%g); lower '
+                    'warmup_steps for a short run', highest, 100 * highest / config.learning_rate,
+                    config.learning_rate, config.warmup_steps, config.num_train_steps, config.cooldown_fraction)
   # Validation BLEU's sentences: a negative count sliced the split from its end (all but the last N).
   eval_bleu_sentences = config.get('eval_bleu_sentences', 0)
   if not is_whole_number(eval_bleu_sentences) or eval_bleu_sentences < 0:

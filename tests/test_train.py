@@ -365,6 +365,32 @@ def test_checkpoint_errors_are_one_clean_line():
   assert workdir_lib.checkpoint_error(error) == 'ValueError: DATA_LOSS: Error reading "params.x/.zarray"'
 
 
+def test_a_warm_up_longer_than_the_run_is_named(caplog):
+  """The quickstart's 200 warm-up steps in a 100-step run: the rate never reached its peak, without a word."""
+  from fastmt.configs import quickstart  # pylint: disable=g-import-not-at-top
+  config = quickstart.get_config()
+  with caplog.at_level(logging.WARNING):
+    train_lib.check_training_settings(config)
+  assert 'never exceeds' not in caplog.text
+  config.num_train_steps = 100
+  with caplog.at_level(logging.WARNING):
+    train_lib.check_training_settings(config)
+  assert 'The learning rate never exceeds 0.00088, 44% of config.learning_rate=0.002: warmup_steps=200' in caplog.text
+
+
+def test_a_run_past_num_train_steps_is_refused_and_its_records_kept(trained_workdir, tiny_config, tmp_path):
+  """Resuming a run at step N with num_train_steps below N said 'Resumed from step N', trained nothing and
+  rewrote config.json to the lower count."""
+  workdir = tmp_path / 'run'
+  shutil.copytree(trained_workdir, workdir)
+  recorded = (workdir / train_lib.TRAIN_CONFIG_FILE).read_text()
+  fewer = tiny_config.copy_and_resolve_references()
+  fewer.num_train_steps = tiny_config.num_train_steps - 1
+  with pytest.raises(FastmtError, match=f'holds a run at step {tiny_config.num_train_steps}, past config.num_train'):
+    train_lib.train_and_evaluate(fewer, str(workdir))
+  assert (workdir / train_lib.TRAIN_CONFIG_FILE).read_text() == recorded
+
+
 @pytest.mark.parametrize('key, value', [('warmup_steps', 0), ('checkpoint_every_steps', 0), ('eval_every_steps', -1),
                                         ('log_every_steps', 0), ('tokens_per_batch', 0), ('num_train_steps', 0),
                                         ('max_checkpoints_to_keep', 0)])
