@@ -23,7 +23,9 @@ def resolve_config_flag(argv: list[str]) -> list[str]:
   the `:ARG` that config files take, e.g. `interleaved:ib`); a path passes through unchanged."""
   def resolve(value):
     match = re.fullmatch(r'([A-Za-z0-9_]+)(:.*)?', value)
-    if match and not os.path.exists(match.group(1)) and match.group(1) in names():
+    # a file of that name wins; a folder does not (`cd runs; fastmt-train --config quickstart` beside the
+    # runs/quickstart work directory)
+    if match and not os.path.isfile(match.group(1)) and match.group(1) in names():
       return path(match.group(1)) + (match.group(2) or '')
     return value
 

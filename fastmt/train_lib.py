@@ -28,13 +28,13 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from fastmt import decode_lib, models, objectives, progress as progress_lib, workdir as workdir_lib
 from fastmt.config import ModelConfig, check_training_keys
 from fastmt.errors import FastmtError
-from fastmt.data import corpus, pipeline
+from fastmt.data import corpus, distilled, pipeline
 from fastmt.data.tokenizer import PAD_ID
 from fastmt.decoding import registry
 from fastmt.decoding.step import is_whole_number
 from fastmt import translate
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
-from fastmt.workdir import MODEL_CONFIG_FILE, TRAIN_CONFIG_FILE
+from fastmt.workdir import MODEL_CONFIG_FILE, TOKENIZER_FILE, TRAIN_CONFIG_FILE
 
 
 
@@ -210,6 +210,8 @@ FINISHED_RUN_LOCK_WAIT_S = 600  # how long resuming a finished run waits for ano
 def train_and_evaluate(config, workdir: str) -> TrainState:
   """Trains config's model in workdir, resuming from its latest checkpoint; returns the final state."""
   workdir = os.fspath(workdir)
+  if not workdir:  # an unset shell variable (`--workdir=$RUN`): makedirs('') was a raw FileNotFoundError
+    raise FastmtError('the work directory is empty: give --workdir a path')
   config = with_absolute_paths(config)
   check_training_keys(config, [key for key in objectives.OPTIONS_KEY.values() if key])  # typos, first
   objective_name = config.get('objective', workdir_lib.DEFAULT_OBJECTIVE)
@@ -396,6 +398,14 @@ def check_training_settings(config) -> None:
   if init_from:  # its shape too, before anything is written (the run takes its vocabulary, so not vocab_size)
     init_config = workdir_lib.load_model_config(init_from)
     _check_fine_tunable(init_from, init_config, ModelConfig.from_config(config.model, init_config.vocab_size))
+  distilled_dir = config.dataset.get('distilled_dir')
+  if distilled_dir:  # its vocabulary is read before its manifest: a wrong path was a raw FileNotFoundError
+    missing = [name for name in (TOKENIZER_FILE, distilled.MANIFEST_FILE)
+               if not os.path.isfile(os.path.join(distilled_dir, name))]
+    if missing:
+      what = 'no directory' if not os.path.isdir(distilled_dir) else f'a directory without {" or ".join(missing)}'
+      raise FastmtError(f'config.dataset.distilled_dir {distilled_dir!r} is {what}: it names a python -m '
+                        'fastmt.distill output directory (the teacher\'s translations of the training sources)')
   corpus.training_split(config.dataset)  # a split reaching into validation or test is refused here
   decode_lib.check_bleu_tokenize(config.get('eval_bleu_tokenize', '13a'))
 

@@ -79,8 +79,14 @@ def test_every_console_script_starts():
   assert result.returncode != 0 and result.stderr.startswith('fastmt-translate: error: bad flag: '), result.stderr
 
 
-def test_a_shipped_config_is_named_without_its_path(tmp_path):
+def test_a_shipped_config_is_named_without_its_path(tmp_path, monkeypatch):
   from fastmt import configs  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / 'quickstart').mkdir()  # beside a work directory of that name (cd runs): still the shipped config
+  assert configs.resolve_config_flag(['x', '--config=quickstart'])[1] == f'--config={configs.path("quickstart")}'
+  (tmp_path / 'tiny').write_text('')  # a file of that name is the user's
+  assert configs.resolve_config_flag(['x', '--config=tiny'])[1] == '--config=tiny'
+  monkeypatch.chdir(REPO)
   assert {'quickstart', 'tiny'} <= set(configs.names())
   assert configs.resolve_config_flag(['x', '--config=tiny', '--config.seed=1'])[1] == f'--config={configs.path("tiny")}'
   assert configs.resolve_config_flag(['x', '--config', 'tiny'])[2] == configs.path('tiny')
@@ -113,6 +119,8 @@ def test_an_unknown_objective_or_config_key_is_one_line(tmp_path):
       ('nosuchconfig', '--config.seed=1', "no config file 'nosuchconfig', and no shipped config of that name"),
       ('quickstart:zzz', '--config.seed=1', 'get_config() takes 0 positional arguments'),
       (str(tmp_path / 'own.py'), '--config.seed=1', "bad config: KeyError 'missing_in_the_config_file'"),
+      ('tiny', '--workdir=', 'the work directory is empty: give --workdir a path'),  # an unset shell variable
+      ('', '--config.seed=1', '--config is empty: give a config file or the name of a shipped config'),
       (str(tmp_path / 'typo.py'), '--config.seed=1',
        'Unknown training config key config.objectve (did you mean config.objective?)'),
       (str(tmp_path / 'typo_data.py'), '--config.seed=1',

@@ -378,6 +378,17 @@ def test_a_warm_up_longer_than_the_run_is_named(caplog):
   assert 'The learning rate never exceeds 0.00088, 44% of config.learning_rate=0.002: warmup_steps=200' in caplog.text
 
 
+def test_resuming_a_work_directory_with_a_damaged_vocabulary_is_a_fastmt_error(trained_workdir, tiny_config, tmp_path):
+  """sentencepiece's RuntimeError ('could not parse ModelProto') came out as a traceback; decode.py said one line."""
+  workdir = tmp_path / 'run'
+  shutil.copytree(trained_workdir, workdir)
+  (workdir / workdir_lib.TOKENIZER_FILE).write_bytes(b'garbage\n')
+  more = tiny_config.copy_and_resolve_references()
+  more.num_train_steps = tiny_config.num_train_steps + 2
+  with pytest.raises(FastmtError, match='spm.model is not a SentencePiece model'):
+    train_lib.train_and_evaluate(more, str(workdir))
+
+
 def test_a_run_past_num_train_steps_is_refused_and_its_records_kept(trained_workdir, tiny_config, tmp_path):
   """Resuming a run at step N with num_train_steps below N said 'Resumed from step N', trained nothing and
   rewrote config.json to the lower count."""
@@ -424,6 +435,9 @@ def test_training_counts_are_checked_before_anything_is_written(tiny_config, tmp
     ('bucket_lengths', (16, 16), 'config.bucket_lengths must be distinct whole numbers >= 1'),
     ('seed', -1, 'config.seed must be a whole number >= 0'),  # numpy's error, after the vocabulary was written
     ('dataset.p_raw', 1.5, r'config.dataset.p_raw must be a number in \[0, 1\]'),
+    # a raw FileNotFoundError for its spm.model
+    ('dataset.distilled_dir', '/nonexistent/kd', "config.dataset.distilled_dir '/nonexistent/kd' is no directory"),
+    ('dataset.distilled_dir', os.path.dirname(os.path.abspath(__file__)), 'a directory without spm.model or manifest'),
 ])
 def test_bad_rates_and_a_missing_initial_model_are_refused_before_anything_is_written(tiny_config, tmp_path, key,
                                                                                       value, message):

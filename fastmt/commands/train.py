@@ -46,6 +46,9 @@ def main(argv):
 def run():
   sys.argv = configs.resolve_config_flag(sys.argv)
   missing = configs.missing_config_file(sys.argv)
+  if missing == '':  # an unset shell variable: `--config=$CONFIG`
+    sys.exit(f'{cli.tool_name()}: error: --config is empty: give a config file or the name of a shipped config '
+             f'({", ".join(configs.names())})')
   if missing:  # ml_collections would report it only when the config is first read, as a traceback
     sys.exit(f'{cli.tool_name()}: error: no config file {missing!r}, and no shipped config of that name '
              f'({", ".join(configs.names())})')

@@ -91,7 +91,10 @@ class Tokenizer:
 
   def __init__(self, model_path: str):
     self.model_path = model_path
-    self._sp = spm.SentencePieceProcessor(model_file=model_path)
+    try:
+      self._sp = spm.SentencePieceProcessor(model_file=model_path)
+    except RuntimeError as e:  # sentencepiece's error for a damaged file; a resumed run showed its traceback
+      raise FastmtError(f'{model_path} is not a SentencePiece model ({str(e).strip()[:200]})') from None
     if (self._sp.pad_id(), self._sp.eos_id(), self._sp.bos_id(), self._sp.unk_id()) != (
         PAD_ID, EOS_ID, BOS_ID, UNK_ID):
       raise FastmtError(f'{model_path} was not trained with fastmt special ids (pad 0, eos 1, bos 2, unk 3)')
