@@ -8,11 +8,11 @@ royalflush-wmt22-efficiency.txt): one decoder trained on AT, CMLM, Skip-AT and S
     python decode.py --workdir runs/hrt_k2 --algorithm hrt --beam_size 5 --nat_beam_size 1
     python decode.py --workdir runs/hrt_k2 --algorithm greedy                   # C_d = 1: the AT task alone
 
-The argument: k2 | k3 | k4 (chunk size), then optionally ',e6d6' (the one-GPU table's deep decoder), ',e6d1' /
-',e12d1' (a RoyalFlush student's shape) or ',small' (the notebooks', configs/small.py; default the quickstart's)
-and ',nocl' (no curriculum: the skip tasks from the first step, Table 5's -CL), ',rpr' (relative position keys
-in decoder self-attention, HRT Eq. 4, clipped at distance 16; Table 5's RPR; zero-initialised, so fine-tuning
-from an AT model without them starts from that model).
+The argument: k2 ... k8 (chunk size; the papers' tables use k2, k3, k4), then optionally ',e6d6' (the one-GPU
+table's deep decoder), ',e6d1' / ',e12d1' (a RoyalFlush student's shape) or ',small' (the notebooks',
+configs/small.py; default the quickstart's) and ',nocl' (no curriculum: the skip tasks from the first step, Table
+5's -CL), ',rpr' (relative position keys in decoder self-attention, HRT Eq. 4, clipped at distance 16; Table 5's
+RPR; zero-initialised, so fine-tuning from an AT model without them starts from that model).
 Mixed distillation is `dataset.p_raw = 0.5` here (it applies once `dataset.distilled_dir` is given).
 """
 

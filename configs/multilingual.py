@@ -1,7 +1,7 @@
 r"""One model translating English into German, French, Spanish and Russian, with a 32k shared vocabulary.
 
     python train.py --config configs/multilingual.py --workdir runs/multi
-    python -m fastmt.clusters_lib --workdir runs/multi --direction en_fr --num_clusters 500 --top_k 3
+    python -m fastmt.clusters_lib --workdir runs/multi --direction en_fr   # C=500, K=5 by default
     python benchmarks/clustered_projection.py --workdir runs/multi --output_dir runs/multi/clustered  # dense vs clustered
     python decode.py --workdir runs/multi --input acts.en --output hyp.fr --tag_inputs --direction en_fr \
         --projection clustered

@@ -1,7 +1,7 @@
 r"""A few-second model for tests and smoke runs: the quickstart recipe shrunk in every dimension.
 
     python train.py --config configs/tiny.py --workdir /tmp/tiny --config.dataset.name=text \
-        --config.dataset.train_files='("tests/data/train.en","tests/data/train.de")' ...
+        --config.dataset.train_files='("tests/data/genesis.en","tests/data/genesis.de")' ...
 """
 
 from fastmt.configs import quickstart

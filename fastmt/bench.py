@@ -4,9 +4,9 @@ r"""Speed and quality of every decoding method on one model, measured side by si
 
 For each method: BLEU and chrF (sacreBLEU, signatures printed), whether the output equals greedy's for every
 sentence, decoder calls per sentence, ms/sentence at batch 1 and sentences/s and source words/s at a large
-batch. Timing rules (DESIGN.md): every shape is compiled before timing (compile time is reported apart), each
-call is blocked until ready, methods are interleaved within each repeat and the median over repeats is
-reported, speed-ups are ratios to greedy from the same repeats.
+batch. Timing rules (docs/BENCHMARKS.md's opening section): every shape is compiled before timing (compile
+time is reported apart), each call is blocked until ready, methods are interleaved within each repeat and the
+median over repeats is reported, speed-ups are ratios to greedy from the same repeats.
 """
 
 import dataclasses
@@ -51,17 +51,17 @@ def is_auto(label: str) -> bool:
 
 
 def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettings, str]:
-  """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K) |
-  'hrt' | 'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT) | 'spec:W'
-  (speculative, window W, the model's own drafts), then optionally '+bigram' (Jacobi draft guesses; spec: the
-  bigram drafter), '+ngram' (spec: prompt-lookup drafts; '+ngramM': also in the last M tokens of the
-  earlier outputs of the same pass, ngram_memory), '+model' (spec: a separate drafter model,
-  --drafter_workdir), '+pad' (spec: PAD guesses), '+dedupN' (ib: remove repeated n-grams up to N) or
-  '+repN' (greedy, hrt: the repetition guard, max_repeats N; +rep = 8); spec's +ngram, +bigram and +pad may
-  be followed by '+pool' or '+pool2' (also the trajectory pool, keyed on 1 or 2 tokens: spec:3+ngram+pool); and '@bf16' (half precision), '@int8' or
-  '@int8_layers' (8-bit, fastmt.quantize), '@bf16_int8' or '@bf16_int8_layers' (both) -> (label, settings, dtype). 'spec:auto' (allow_auto: the
-  bench's own translators) is spec at the width that times fastest per batch size (fastmt.width; its settings
-  carry the widest candidate); elsewhere a width must be named."""
+  """'greedy' | 'beam:K' | 'pj' | 'pgj:B' | 'hgj:B' | 'hgj:B:L' | 'ib' | 'ib:K' (interleaved, beam K) | 'hrt' |
+  'hrt:B_AT:B_NAT' (hybrid-regressive, Skip-AT beam B_AT, Skip-CMLM on the top B_NAT) | 'spec:W' (speculative,
+  window W, the model's own drafts), then optionally '+bigram' (Jacobi draft guesses; spec: the bigram drafter),
+  '+ngram' (spec: prompt-lookup drafts; '+ngramM': also in the last M tokens of the earlier outputs of the same
+  pass, ngram_memory), '+model' (spec: a separate drafter model, --drafter_workdir), '+int8' (spec: the model's own
+  int8 copy drafts), '+pad' (spec: PAD guesses), '+dedupN' (ib: remove repeated n-grams up to N) or '+repN' (greedy,
+  hrt: the repetition guard, max_repeats N; +rep = 8); spec's +ngram, +bigram and +pad may be followed by '+pool' or
+  '+pool2' (also the trajectory pool, keyed on 1 or 2 tokens: spec:3+ngram+pool); and '@bf16' (half precision),
+  '@int8' or '@int8_layers' (8-bit, fastmt.quantize), '@bf16_int8' or '@bf16_int8_layers' (both) -> (label,
+  settings, dtype). 'spec:auto' (allow_auto: the bench's own translators) is spec at the width that times fastest
+  per batch size (fastmt.width; its settings carry the widest candidate); elsewhere a width must be named."""
   label = spec
   spec, _, suffix = spec.partition('@')
   dtype = {'': 'float32', 'fp32': 'float32', 'bf16': 'bfloat16', 'int8': 'int8', 'int8_layers': 'int8_layers',
@@ -352,7 +352,7 @@ def _interleaved_times(translators: dict, sentences, batch_size: int, repeats: i
 
 
 def environment_facts(**extra) -> dict:
-  """The machine and software a measurement ran on (DESIGN.md: every figure names them)."""
+  """The machine and software a measurement ran on (every figure names them)."""
   return {**extra, 'nproc': os.cpu_count(), 'cpu': _cpu_model(), 'jax': jax.__version__,
           'device': str(jax.devices()[0]), 'date': time.strftime('%Y-%m-%d'), 'python': platform.python_version()}
 
@@ -454,11 +454,13 @@ def define_flags():
                     'Default: each model\'s own, by the objective it was trained with (at: ' + ', '.join(DEFAULT_METHODS)
                     + '; ' + '; '.join(f'{o}: {", ".join(m)}' for o, m in OBJECTIVE_METHODS.items()) + '). '
                     'Methods: greedy, beam:K, pj, pgj:B, hgj:B[:L], spec:W (own drafts; spec:W+bigram, +ngram, '
-                    '+model, +pad; after +ngram, +bigram or +pad, +pool or +pool2 adds the trajectory pool: '
+                    '+model, +int8 (the model\'s own int8 copy drafts), +pad; after +ngram, +bigram or +pad, '
+                    '+pool or +pool2 adds the trajectory pool: '
                     'spec:3+ngram+pool; spec:auto: the width that times fastest on validation sentences, 1 = greedy), '
                     'ib, ib:K, hrt, hrt:B_AT:B_NAT; append +bigram for Jacobi draft guesses (pgj:3+bigram), +repN to greedy '
                     'or hrt for the repetition guard (hrt+rep8), and @bf16 '
-                    'for half precision (greedy@bf16). See parse_method.')
+                    'for half precision (greedy@bf16), @int8, @int8_layers, @bf16_int8 or @bf16_int8_layers for '
+                    '8-bit weights (greedy@int8). See parse_method.')
   flags.DEFINE_integer('batch_size', 32, 'The large batch.')
   flags.DEFINE_bool('float32_kernel', False, 'The float32 methods run products of at most 8 rows through fastmt\'s '
                     'own CPU kernel (Translator float32_kernel; x86 with AVX-512), and so do the step-cost curve and '

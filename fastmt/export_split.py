@@ -1,7 +1,7 @@
 r"""Writes one split of a work directory's dataset as plain text files, for decode.py and other tools.
 
-    python -m fastmt.export_split --workdir runs/quickstart --split test --output_prefix runs/data/test
-    # -> runs/data/test.src and runs/data/test.ref, one sentence per line, in corpus order
+    python -m fastmt.export_split --workdir runs/quickstart --split test --output_prefix runs/test
+    # -> runs/test.src and runs/test.ref, one sentence per line, in corpus order
 
 Multilingual datasets: `--direction en_fr` keeps that direction's lines; their sources carry the
 target-language tag already, so translate them without `decode.py --tag_inputs`.

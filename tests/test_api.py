@@ -87,6 +87,9 @@ def test_the_outside_decoder_example_of_docs_api_runs():
   assert len(blocks) == 1
   namespace = {}
   exec(compile(blocks[0], 'docs/API.md', 'exec'), namespace)  # pylint: disable=exec-used  (it asserts pgj == greedy)
+  reference = namespace['reference']  # as the text says: rows end at different steps, the last at the cap
+  assert reference.decoder_calls.tolist() == [4, 7, 10, 12]
+  assert (reference.tokens[:3] == namespace['EOS_ID']).any(1).all() and not (reference.tokens[3] == 1).any()
   with_ids = [b for b in api_blocks() if 't5_ids' in b]  # the special-ids example continues the first one
   assert len(with_ids) == 1
   exec(compile(with_ids[0], 'docs/API.md', 'exec'), namespace)  # pylint: disable=exec-used  (pgj == greedy)

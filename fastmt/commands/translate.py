@@ -2,7 +2,7 @@ r"""fastmt-translate (and decode.py): translates a file or stdin with a trained 
 
     fastmt-translate --workdir runs/quickstart < src.en > hyp.de
     python decode.py --workdir runs/quickstart --input src.en --output hyp.de --reference ref.de \
-        --algorithm pgj --block_size 3 --checkpoint best --metrics_json metrics.json
+        --algorithm pgj --block_size 3 --metrics_json metrics.json
     python decode.py --workdir runs/quickstart --input src.en --output - --speed_sentences 100   # + batch-1 timing
 
 One pass over the input, streamed a chunk at a time; translations are written as soon as every earlier line

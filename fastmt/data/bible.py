@@ -11,7 +11,7 @@ query, so no code path of fastmt ever reads them.
 The tfds builder writes array_record files and needs no TensorFlow:
 
     builder = bible.Bible(config='en_de', data_dir='~/tensorflow_datasets')
-    builder.download_and_prepare()
+    builder.download_and_prepare(file_format='array_record')   # tfds's default, TFRecord, needs TensorFlow
     test = builder.as_data_source(split='test')   # random access, verse order kept
 """
 
