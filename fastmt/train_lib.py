@@ -34,6 +34,7 @@ from fastmt.decoding import registry
 from fastmt.decoding.step import is_whole_number
 from fastmt import translate
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
+from fastmt.checkpoint_average import AVERAGED_FROM_FILE
 from fastmt.workdir import MODEL_CONFIG_FILE, TOKENIZER_FILE, TRAIN_CONFIG_FILE
 
 
@@ -131,6 +132,9 @@ def eval_step(params, batch, step, apply_fn, objective_fn=objectives.get('at')):
 def check_or_save_model_config(workdir: str, model_config: ModelConfig):
   """The workdir's model config must match: resuming another architecture's checkpoint is an error."""
   path = os.path.join(workdir, MODEL_CONFIG_FILE)
+  if not os.path.exists(path) and workdir_lib.has_checkpoints(workdir):  # writing this run's would mislabel them
+    raise FastmtError(f'{workdir} holds checkpoints but no {MODEL_CONFIG_FILE}: the work directory is damaged '
+                      f'(put back the {MODEL_CONFIG_FILE} it was trained with, or use a new --workdir)')
   if os.path.exists(path) and workdir_lib.has_checkpoints(workdir):
     with open(path) as f:
       saved = ModelConfig.from_json(f.read(), path)
@@ -222,6 +226,9 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   check_training_settings(config)
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise FastmtError(f'--workdir {workdir} is a file, not a directory')
+  if os.path.exists(os.path.join(workdir, AVERAGED_FROM_FILE)):  # its checkpoint holds parameters only
+    raise FastmtError(f'{workdir} holds averaged parameters (fastmt-average; no optimiser state): decode it, or '
+                      'fine-tune from it with --config.init_from and a new --workdir')
   try:
     os.makedirs(workdir, exist_ok=True)
   except (FileExistsError, NotADirectoryError) as e:
@@ -480,7 +487,8 @@ def _restore_newest_readable(manager, state, workdir: str, max_to_keep):
   failures = []  # (step, error) of the newer steps that did not read
   for step in sorted(manager.all_steps(), reverse=True):
     try:
-      restored = manager.restore(step, args=ocp.args.StandardRestore(state))
+      with workdir_lib.closed_loop_tracebacks_dropped():
+        restored = manager.restore(step, args=ocp.args.StandardRestore(state))
     except Exception as e:  # pylint: disable=broad-except  (orbax raises many kinds for a damaged step)
       failures.append((step, e))
       manager.close()  # a manager that failed a restore fails the next one too: a fresh one per try
@@ -506,13 +514,20 @@ def _restore_newest_readable(manager, state, workdir: str, max_to_keep):
                     f'{workdir_lib.checkpoint_error(error)}); nothing was renamed') from error
 
 
+# Model config fields that no parameter's shape depends on: a fine-tuned model may add dropout, take a longer
+# max_length (positions are sinusoidal; relative keys are sized by their distance) or train in bfloat16.
+FREE_WHEN_FINE_TUNING = ('dropout_rate', 'max_length', 'dtype')
+
+
 def _check_fine_tunable(init_from: str, init_config: ModelConfig, model_config: ModelConfig) -> tuple[bool, bool]:
   """An error unless model_config is init_config, or it with what _initial_params fills in: a vocabulary grown
-  by reserved symbols, direction embeddings or relative position keys the initial model lacks. Returns whether
-  it adds (direction embeddings, relative position keys)."""
+  by reserved symbols, direction embeddings or relative position keys the initial model lacks; and the fields
+  no parameter's shape depends on (FREE_WHEN_FINE_TUNING) may differ. Returns whether it adds (direction
+  embeddings, relative position keys)."""
   adds_directions = model_config.num_directions > 0 and init_config.num_directions == 0
   adds_relative = model_config.relative_key_distance > 0 and init_config.relative_key_distance == 0
-  fillable = init_config.replace(vocab_size=model_config.vocab_size,
+  free = {name: getattr(model_config, name) for name in FREE_WHEN_FINE_TUNING}
+  fillable = init_config.replace(vocab_size=model_config.vocab_size, **free,
                                  num_directions=model_config.num_directions if adds_directions
                                  else init_config.num_directions,
                                  relative_key_distance=model_config.relative_key_distance if adds_relative
@@ -537,7 +552,14 @@ def _initial_params(init_from: str, model_config: ModelConfig):
   init_config = workdir_lib.load_model_config(init_from)
   adds_directions, adds_relative = _check_fine_tunable(init_from, init_config, model_config)
   grown = model_config.vocab_size - init_config.vocab_size
-  params, _ = workdir_lib.restore_params(init_from, init_config, 'latest')
+  try:
+    params, _ = workdir_lib.restore_params(init_from, init_config, 'latest')
+  except FastmtError as e:  # its advice (decode.py's --checkpoint) is no flag of train.py
+    if 'cannot be read' not in str(e):
+      raise
+    raise FastmtError(f'config.init_from: {str(e).split("; is it damaged?")[0]}. init_from starts from the latest '
+                      'step; to start from an earlier one, make it a work directory of its own: fastmt-average '
+                      f'--workdir {init_from} --last 1 --checkpoint STEP --output DIR, then init_from=DIR') from None
   if grown:
     table = params['embed']['embedding']
     rows = jax.random.normal(jax.random.PRNGKey(0), (grown, table.shape[1]), table.dtype) * table.shape[1]**-0.5

@@ -327,11 +327,13 @@ def test_a_model_config_left_by_a_start_that_never_checkpointed_is_replaced(trai
     workdir_lib.save_objective(str(workdir), 'hrt', {'chunk_size': 2})
 
 
-@pytest.mark.parametrize('damage', ['empty step directory', 'truncated files', 'zeroed array files'])
+@pytest.mark.parametrize('damage', ['empty step directory', 'truncated files', 'zeroed array files',
+                                    'deleted array files'])
 def test_a_damaged_latest_checkpoint_resumes_from_the_step_before(trained_workdir, tiny_config, tmp_path, damage,
-                                                                   caplog):
+                                                                   caplog, capsys):
   """The latest step does not read: set aside (20.unreadable) and the run goes on from the step before, to the
-  same parameters as the uninterrupted run (it used to stop with orbax's traceback)."""
+  same parameters as the uninterrupted run (it used to stop with orbax's traceback). Deleted array files gave
+  the warning 1,000 characters of TensorStore specs and ~190 'Event loop is closed' tracebacks above it."""
   import shutil  # pylint: disable=g-import-not-at-top
   workdir = tmp_path / 'copy'
   shutil.copytree(trained_workdir, workdir)
@@ -347,12 +349,14 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_step_before(trained_workdi
   else:  # the arrays' data files: a TensorStore error (its appendix: test_checkpoint_errors_are_one_clean_line)
     for path in latest.rglob('*'):
       if path.is_file() and path.parent.name == 'd':
-        path.write_bytes(b'\0' * 10)
+        path.write_bytes(b'\0' * 10) if damage == 'zeroed array files' else path.unlink()
   with caplog.at_level(logging.WARNING):
     resumed = train_lib.train_and_evaluate(tiny_config, str(workdir))
   assert (latest.parent / f'{latest.name}.unreadable').is_dir() and (latest.parent / '10').is_dir()
   warning, = [r.getMessage() for r in caplog.records if 'cannot be read' in r.getMessage()]
   assert 'set aside as' in warning and 'TensorStore details' not in warning, warning  # one clean line
+  assert 'tensorstore_spec' not in warning, warning
+  assert 'Event loop is closed' not in capsys.readouterr().err
   reference, _ = workdir_lib.restore_params(trained_workdir, workdir_lib.load_model_config(trained_workdir))
   jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.params, reference)
 
@@ -363,6 +367,10 @@ def test_checkpoint_errors_are_one_clean_line():
   error = ValueError('DATA_LOSS: Error reading "params.x/.zarray" See full TensorStore details: <bound method '
                      'Spec.to_json of Spec({...})>\n  more TensorStore detail')
   assert workdir_lib.checkpoint_error(error) == 'ValueError: DATA_LOSS: Error reading "params.x/.zarray"'
+  error = ValueError('NOT_FOUND: Error reading "rng/.zarray" in OCDBT database at local file "/r/4/default/" '
+                     '[tensorstore_spec[1]=\'{"base":{"driver":"zarr"}}\'] [tensorstore_spec=\'{"context":{}}\']')
+  assert workdir_lib.checkpoint_error(error) == ('ValueError: NOT_FOUND: Error reading "rng/.zarray" in OCDBT '
+                                                 'database at local file "/r/4/default/"')
 
 
 def test_a_warm_up_longer_than_the_run_is_named(caplog):
@@ -472,6 +480,60 @@ def test_an_initial_model_of_another_shape_is_refused_before_anything_is_written
   fine = tiny_config.copy_and_resolve_references()
   fine.init_from = trained_workdir
   train_lib.check_training_settings(fine)  # the same shape passes
+
+
+def test_an_initial_model_whose_latest_step_is_damaged_is_one_line_with_advice_train_py_can_follow(
+    tiny_config, trained_workdir, tmp_path):
+  """It said 'Try another --checkpoint', a flag train.py does not have, after 1,000 characters of specs."""
+  damaged = tmp_path / 'damaged'
+  shutil.copytree(trained_workdir, damaged)
+  latest = damaged / workdir_lib.CHECKPOINT_DIR / str(tiny_config.num_train_steps)
+  for path in latest.rglob('*'):
+    if path.is_file() and path.parent.name == 'd':
+      path.unlink()
+  config = tiny_config.copy_and_resolve_references()
+  config.init_from = str(damaged)
+  with pytest.raises(FastmtError) as error:
+    train_lib.train_and_evaluate(config, str(tmp_path / 'run'))
+  message = str(error.value)
+  assert message.startswith('config.init_from: Checkpoint step') and 'cannot be read' in message, message
+  assert 'fastmt-average' in message and '--checkpoint STEP' in message and 'tensorstore_spec' not in message
+
+
+def test_fine_tuning_may_add_dropout_a_longer_max_length_and_bfloat16(tiny_config, trained_workdir, tmp_path):
+  """No parameter's shape depends on them; each was refused as 'another model config'."""
+  import fastmt  # pylint: disable=g-import-not-at-top
+  config = tiny_config.copy_and_resolve_references()
+  config.init_from, config.num_train_steps, config.eval_every_steps = trained_workdir, 2, 2
+  config.model.dropout_rate, config.model.max_length, config.model.dtype = 0.1, 2 * config.model.max_length, 'bfloat16'
+  train_lib.train_and_evaluate(config, str(tmp_path / 'run'))
+  model = fastmt.load(str(tmp_path / 'run'))
+  assert (model.config.dropout_rate, model.config.max_length) == (0.1, config.model.max_length)
+  config.model.num_heads = 1  # a shape: still refused
+  with pytest.raises(FastmtError, match='holds another model config.*num_heads'):
+    train_lib.check_training_settings(config)
+
+
+def test_a_work_directory_that_cannot_be_resumed_is_refused_as_it_is(trained_workdir, tiny_config, tmp_path):
+  """Checkpoints without their model_config.json: the run wrote this run's config beside them (the next decode
+  refused the good checkpoint as another model's). An averaged work directory (parameters only): orbax's 'tree
+  structures do not match', after config.json and batch_plan.json had been rewritten."""
+  from fastmt import checkpoint_average  # pylint: disable=g-import-not-at-top
+  more = tiny_config.copy_and_resolve_references()
+  more.num_train_steps = tiny_config.num_train_steps + 2
+  lost = tmp_path / 'lost'
+  shutil.copytree(trained_workdir, lost)
+  (lost / workdir_lib.MODEL_CONFIG_FILE).unlink()
+  with pytest.raises(FastmtError, match='holds checkpoints but no model_config.json'):
+    train_lib.train_and_evaluate(more, str(lost))
+  assert not (lost / workdir_lib.MODEL_CONFIG_FILE).exists()
+  averaged = tmp_path / 'averaged'
+  params, steps = checkpoint_average.average_last_checkpoints(trained_workdir, last=2)
+  checkpoint_average.write_averaged_workdir(trained_workdir, str(averaged), params, steps)
+  before = sorted(p.name for p in averaged.iterdir()), (averaged / train_lib.TRAIN_CONFIG_FILE).read_text()
+  with pytest.raises(FastmtError, match='holds averaged parameters'):
+    train_lib.train_and_evaluate(more, str(averaged))
+  assert (sorted(p.name for p in averaged.iterdir()), (averaged / train_lib.TRAIN_CONFIG_FILE).read_text()) == before
 
 
 def test_settings_that_always_worked_still_pass_the_checks(tiny_config):
