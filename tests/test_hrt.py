@@ -248,6 +248,7 @@ def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_confi
     return  # what follows does not depend on the relative keys: once is enough (the tests' minutes)
   assert len(model.translate(texts, algorithm='hrt', beam_size=3, nat_beam_size=2)) == 2
   assert len(fastmt.load(workdir, dtype='bfloat16').translate(texts, algorithm='hrt')) == 2
+  _check_clusters_and_the_command_line(model, workdir, tmp_path)
   # fastmt's float32 kernel (products of at most 8 rows; XLA's where it cannot run): the same translations
   kernel = fastmt.load(workdir, float32_kernel=True)
   assert kernel.translate(texts, algorithm='hrt') == two_stage
@@ -448,3 +449,38 @@ def test_targets_shorter_than_k_give_one_chunk_of_eos():
   assert rows('positions')[3:] == [[1, 2, 3, 4, 5, 6]] * 3
   mask = np.asarray(fields['self_mask'])
   assert (mask[3] == [True] * 3 + [False] * 3).all() and (mask[4] == mask[3]).all() and mask[5].all()
+
+
+def _check_clusters_and_the_command_line(model, workdir, tmp_path):
+  """The clustered projection sits in the decoder step, so both HRT stages take it: with every token active the
+  ids are the dense ones; with clusters of rare pieces only, stage I's and stage II's tokens stay inside them.
+  decode.py's --algorithm hrt --chunk_size --beam_size --nat_beam_size gives the library's translations."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from conftest import DATA, REPO  # pylint: disable=g-import-not-at-top
+  from fastmt import clusters_lib, projection  # pylint: disable=g-import-not-at-top
+  sources = open(DATA / 'genesis.en', encoding='utf-8').read().splitlines()[:8]
+  vocab = model.config.vocab_size
+  hidden, _ = clusters_lib.record_states(model.translator('greedy'), sources, top_k=2)
+  fingerprint = {'fingerprint': clusters_lib.fingerprint(model.config, model.tokenizer, model.params)}
+  allowed = np.arange(vocab - 60, vocab)
+  for name, active in (('all', np.arange(vocab)), ('rare', allowed)):
+    clusters = projection.build_clusters(hidden, np.tile(active, (len(hidden), 1)), projection.fit_kmeans(hidden, 4),
+                                         vocab)
+    clusters_lib.save_clusters(str(tmp_path / name), clusters, fingerprint)
+  for settings in (dict(), dict(beam_size=3, nat_beam_size=2)):
+    dense = model.translator('hrt', **settings).translate_ids(sources, 8)[0]
+    every = model.translator('hrt', clusters=str(tmp_path / 'all'), **settings).translate_ids(sources, 8)[0]
+    assert [row.tolist() for row in every] == [row.tolist() for row in dense], settings
+    assert {t for row in dense for t in row} - set(allowed.tolist()) - {EOS_ID}  # so the check below can fail
+    rare = model.translator('hrt', clusters=str(tmp_path / 'rare'), **settings).translate_ids(sources, 8)[0]
+    tokens = {t for row in rare for t in row.tolist()} - {EOS_ID}
+    assert tokens and tokens <= set(allowed.tolist()), (settings, sorted(tokens - set(allowed.tolist())))
+  (tmp_path / 'src.en').write_text('\n'.join(sources) + '\n', encoding='utf-8')
+  for flags, settings in (([], {}), (['--beam_size', '3', '--nat_beam_size', '2'], dict(beam_size=3, nat_beam_size=2))):
+    result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', workdir, '--input',
+                             str(tmp_path / 'src.en'), '--output', str(tmp_path / 'hyp'), '--algorithm', 'hrt',
+                             '--chunk_size', '2', *flags], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    hypotheses = (tmp_path / 'hyp').read_text(encoding='utf-8').split('\n')[:-1]
+    assert hypotheses == model.translate(sources, algorithm='hrt', **settings), flags

@@ -60,6 +60,18 @@ def test_im_order_is_eq9_and_positions_eq10():
   assert np.asarray(order.directions(layout, 3)).tolist() == [(t - 1) % h for t in range(1, 13)]
 
 
+def test_sa_keeps_the_natural_order_c_words_a_step_with_natural_positions():
+  """SA (h = 1, c > 1, Wang et al. 2018): one left-to-right direction, c words a step; the last step holds the
+  remaining words, then EOS. A permutation that recover() undid would pass the round trip; not this."""
+  y = jnp.arange(11, 16)[None]  # y1 .. y5
+  sa2, sa3 = layout_of(1, 2), layout_of(1, 3)
+  assert np.asarray(order.reorder(sa2, y, jnp.array([5]), 3)).tolist() == [[11, 12, 13, 14, 15, EOS_ID]]
+  assert np.asarray(order.reorder(sa2, y, jnp.array([4]), 3)).tolist() == [[11, 12, 13, 14, EOS_ID, EOS_ID]]
+  assert np.asarray(order.reorder(sa3, y, jnp.array([5]), 2)).tolist() == [[11, 12, 13, 14, 15, EOS_ID]]
+  assert np.asarray(order.reorder(sa3, y, jnp.array([2]), 2)).tolist() == [[11, 12, EOS_ID, PAD_ID, PAD_ID, PAD_ID]]
+  assert np.asarray(order.positions(sa2, 3)).tolist() == [1, 2, 3, 4, 5, 6]  # Eq. 7 with one direction
+
+
 def test_sa_keeps_neighbours_together():
   layout = layout_of(2, 2)  # IB+SA: two words per direction per step
   y = jnp.arange(11, 20)[None]
