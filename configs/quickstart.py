@@ -69,8 +69,9 @@ def get_config():
   # Jacobi decoders need. Recorded in the work directory; decoding checks it.
   config.objective = 'at'
 
-  # Fine-tuning: start from the latest checkpoint of this work directory (same model config and vocabulary;
-  # a fresh optimiser at step 0), e.g. an AT model turned into an HRT one ('' = random initialisation).
+  # Fine-tuning: start from the latest checkpoint of this work directory (same model shape and vocabulary;
+  # dropout_rate, max_length and dtype may differ; a fresh optimiser at step 0), e.g. an AT model turned into
+  # an HRT one ('' = random initialisation).
   config.init_from = ''
 
   # Seed of initialisation, dropout and data order: same seed, same losses.

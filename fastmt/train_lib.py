@@ -438,9 +438,9 @@ def _record_batch_plan(workdir: str, batches) -> None:
     if isinstance(recorded, dict) and {k: v for k, v in recorded.items() if k != 'devices'} != \
         {k: v for k, v in plan.items() if k != 'devices'}:
       logging.warning('This run plans its training batches for %d device(s) (%d batches an epoch), the '
-                      'checkpoints were trained with a plan for %s (%s batches an epoch): from here on the '
-                      'batches differ from an uninterrupted run\'s (the same pairs each epoch, grouped '
-                      'otherwise; %s records the plans)', plan['devices'],
+                      'checkpoints were trained with a plan for %s (%s batches an epoch): another device count, '
+                      'or another tokens_per_batch or bucket_lengths. From here on the batches differ from an '
+                      'uninterrupted run\'s (%s records the plans)', plan['devices'],
                       plan['batches_per_epoch'], recorded.get('devices'), recorded.get('batches_per_epoch'), path)
   if jax.process_index() == 0:
     with open(path + '.tmp', 'w', encoding='utf-8') as f:
