@@ -71,6 +71,7 @@ train_row() {  # train_row NAME FACTORISATION TARGETS [FROM]
   # shellcheck disable=SC2046
   $PY train.py --config "configs/interleaved.py:$factorisation$shape" --workdir "$RUNS/$name" "${data[@]}" \
     $(training_flags "$steps")
+  rm -rf "$RUNS/${name}_avg5.tmp"  # an averaging cut short (a killed run) leaves one; the averager refuses it
   $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
   mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
 }

@@ -81,6 +81,7 @@ if has_stage drafters; then
     $PY train.py --config "configs/selfdraft.py:w$width$shape" --workdir "$RUNS/$name" ${INIT_FLAGS[@]+"${INIT_FLAGS[@]}"} \
       ${TARGET_FLAGS[@]+"${TARGET_FLAGS[@]}"} $(training_flags "$STEPS")
     echo "$name: $(( $(date +%s) - start )) s of fine-tuning" | tee -a "$RUNS/training_seconds.txt"
+    rm -rf "$RUNS/${name}_avg5.tmp"  # an averaging cut short (a killed run) leaves one; the averager refuses it
     $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
     mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
   done
@@ -103,6 +104,7 @@ if has_stage model || has_stage model_train; then
     $PY train.py --config "configs/selfdraft.py:w$DRAFTER_W,drafter" --workdir "$RUNS/$name" \
       ${TARGET_FLAGS[@]+"${TARGET_FLAGS[@]}"} $(training_flags "$DRAFTER_STEPS")
     echo "$name: $(( $(date +%s) - start )) s of training" | tee -a "$RUNS/training_seconds.txt"
+    rm -rf "$RUNS/${name}_avg5.tmp"  # an averaging cut short (a killed run) leaves one; the averager refuses it
     $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
     mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
   fi

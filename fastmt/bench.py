@@ -534,6 +534,9 @@ def _check_counts() -> None:
       raise FastmtError(f'--{name} must be >= {least}, got {FLAGS[name].value}')
   for label in FLAGS.methods or ():
     parse_method(label, allow_auto=True)  # a malformed method is an error before any model loads
+  repeated = sorted({label for label in FLAGS.methods or () if FLAGS.methods.count(label) > 1})
+  if repeated:  # the table kept one row of each, without a word
+    raise FastmtError(f'--methods names {", ".join(repeated)} more than once')
   if FLAGS.output_dir:
     cli.check_output_directory(FLAGS.output_dir, '--output_dir')
 

@@ -90,9 +90,14 @@ def check_output(workdir: str, output: str) -> None:
   """An --output the averaged model can be written to: a new directory (or an empty one), not the run's own."""
   if os.path.abspath(output) == os.path.abspath(workdir):
     raise FastmtError('--output must differ from --workdir (the run keeps its own checkpoints)')
+  inside = os.path.relpath(os.path.realpath(output), os.path.realpath(workdir))
+  if not inside.startswith(os.pardir):  # workdir/checkpoints/999 became the run's unreadable latest step
+    raise FastmtError(f'--output {output} is inside --workdir {workdir}; write the averaged model elsewhere')
   cli.check_output_directory(output, '--output')
   if os.path.exists(os.path.join(output, workdir_lib.CHECKPOINT_DIR)):
     raise FastmtError(f'{output} already holds checkpoints; choose a new --output')
+  if os.path.isdir(output) and os.listdir(output):  # its files were overwritten or kept beside the new model
+    raise FastmtError(f'--output {output} is a directory that holds files; give a new or empty one')
 
 
 def write_averaged_workdir(workdir: str, output: str, params, steps, dtype: str = 'float32') -> None:

@@ -32,11 +32,8 @@ def fingerprint(model_config, tokenizer, params) -> str:
   were fitted on, and the embedding rows they index, change with every checkpoint)."""
   with open(tokenizer.model_path, 'rb') as f:
     vocab_hash = hashlib.sha256(f.read()).hexdigest()[:16]
-  weights = hashlib.sha256()
-  for path, leaf in sorted(jax.tree_util.tree_leaves_with_path(params), key=lambda x: jax.tree_util.keystr(x[0])):
-    weights.update(jax.tree_util.keystr(path).encode())
-    weights.update(np.ascontiguousarray(np.asarray(leaf, np.float32)).tobytes())
-  return f'{model_config.vocab_size}x{model_config.emb_dim}-spm{vocab_hash}-weights{weights.hexdigest()[:16]}'
+  return (f'{model_config.vocab_size}x{model_config.emb_dim}-spm{vocab_hash}'
+          f'-weights{workdir_lib.weights_fingerprint(params)}')
 
 
 def record_states(translator: Translator, sources, top_k: int, batch_size: int = 32):
@@ -132,6 +129,8 @@ def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, 
     raise FastmtError('no source sentences to record decoder states from (an empty or blank input, or '
                       '--max_sentences 0)')
   model_config = workdir_lib.load_model_config(workdir)
+  if top_k > model_config.vocab_size:  # jax.lax.top_k's traceback, after the decoding
+    raise FastmtError(f'top_k {top_k} is above the vocabulary size {model_config.vocab_size}')
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
   tokenizer = workdir_lib.load_tokenizer(workdir)
   # Greedy states: a model greedy cannot decode (an interleaved one) is a clear error here.
@@ -144,8 +143,8 @@ def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, 
   centroids = projection.fit_kmeans(hidden, num_clusters, iterations, kmeans_batch, seed)
   clusters = projection.build_clusters(hidden, top, centroids, model_config.vocab_size)
   directory = clusters_directory(workdir, direction)
-  save_clusters(directory, clusters, {'fingerprint': fingerprint(model_config, tokenizer, params), 'direction': direction,
-                                      'checkpoint_step': step, 'states': len(hidden), 'top_k': top_k,
+  save_clusters(directory, clusters, {'fingerprint': fingerprint(model_config, tokenizer, params),
+                                      'direction': direction, 'checkpoint_step': step, 'states': len(hidden), 'top_k': top_k,
                                       'num_clusters': num_clusters})
   logging.info('Saved %d clusters (capacity %d) from %d states to %s', num_clusters, clusters.capacity,
                len(hidden), directory)

@@ -53,15 +53,23 @@ class DistillResult:
 
 
 def check_arguments(teacher_workdir: str, output_dir: str, chunk_sentences: int,
-                    student_workdir: str | None = None) -> None:
+                    student_workdir: str | None = None, batch_size: int = 1) -> None:
   """What distill can refuse before the sources are read or the teacher loads."""
   if chunk_sentences < 1:
     raise FastmtError(f'chunk_sentences must be >= 1, got {chunk_sentences}')
+  if batch_size < 1:  # the translator's own error came after the output directory was made
+    raise FastmtError(f'batch_size must be >= 1, got {batch_size}')
   for role, workdir in (('teacher', teacher_workdir), ('student', student_workdir)):
     if workdir and os.path.realpath(output_dir) == os.path.realpath(workdir):
       raise FastmtError(f'--output_dir {output_dir} is the {role} work directory; distil into a directory of its '
                         'own')
   cli.check_output_directory(output_dir, '--output_dir')
+  # A train.py work directory (a student's own run): the teacher's spm.model replaced its vocabulary.
+  held = [name for name in (workdir_lib.MODEL_CONFIG_FILE, workdir_lib.CHECKPOINT_DIR)
+          if os.path.exists(os.path.join(output_dir, name))]
+  if held:
+    raise FastmtError(f'--output_dir {output_dir} is a train.py work directory (it holds {" and ".join(held)}); '
+                      'distil into a directory of its own and give it to the student as dataset.distilled_dir')
 
 
 def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=DecodeSettings('beam'),
@@ -72,14 +80,17 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
 
   max_chunks stops after that many chunks (for tests of resumption; None = all).
   """
-  check_arguments(teacher_workdir, output_dir, chunk_sentences, student_workdir)
+  check_arguments(teacher_workdir, output_dir, chunk_sentences, student_workdir, batch_size)
   teacher_spm = os.path.join(teacher_workdir, workdir_lib.TOKENIZER_FILE)
   if student_workdir:
     check_same_vocabulary(teacher_spm, student_workdir)
   model_config = workdir_lib.load_model_config(teacher_workdir)
   params, step = workdir_lib.restore_params(teacher_workdir, model_config, checkpoint)
+  # teacher_weights: the same path and step can hold another teacher (trained or averaged again); resuming
+  # onto it mixed two teachers' outputs in one file without a word.
   manifest = {'teacher': os.path.realpath(teacher_workdir), 'teacher_step': step,
-              'teacher_vocabulary': file_fingerprint(teacher_spm), 'settings': dataclasses.asdict(settings),
+              'teacher_vocabulary': file_fingerprint(teacher_spm),
+              'teacher_weights': workdir_lib.weights_fingerprint(params), 'settings': dataclasses.asdict(settings),
               'sources': len(sources), 'sources_fingerprint': fingerprint(sources)}
   # Built before the output directory is touched: a teacher its objective cannot decode with these settings
   # (an interleaved model with greedy) is refused without leaving a half-made directory behind.
@@ -96,11 +107,12 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
     while done < len(sources) and (max_chunks is None or chunks < max_chunks):
       chunk = sources[done:done + chunk_sentences]
       chunk_at_cap = []
-      hypotheses, stats = translator.translate(chunk, batch_size, lines_at_cap=chunk_at_cap)
+      # first_line: its warnings name the lines of the whole split, not of the chunk
+      hypotheses, stats = translator.translate(chunk, batch_size, lines_at_cap=chunk_at_cap, first_line=done + 1)
       out.writelines(one_line(h) + '\n' for h in hypotheses)  # line i stays source i's
       out.flush()
       os.fsync(out.fileno())
-      at_cap += sorted(done + line - 1 for line in chunk_at_cap)  # the chunk's line numbers count from 1
+      at_cap += sorted(line - 1 for line in chunk_at_cap)  # line numbers count from 1, the manifest's from 0
       done += len(chunk)
       written += len(chunk)
       empty += stats.empty_inputs
@@ -139,7 +151,9 @@ def _resume_point(output_dir: str, manifest: dict) -> int:
   with open(manifest_path) as f:
     saved = json.load(f)
   saved = {**saved, 'settings': _with_new_defaults(saved.get('settings', {}))}
-  differing = sorted(k for k in manifest if saved.get(k) != manifest[k])
+  # A manifest from before teacher_weights was recorded resumes on its other fields.
+  differing = sorted(k for k in manifest
+                     if saved.get(k) != manifest[k] and not (k == 'teacher_weights' and k not in saved))
   if differing:
     raise FastmtError(f'{output_dir} holds a distillation with other {differing}; use a new --output_dir')
   done = int(saved.get('done', 0))
@@ -197,7 +211,7 @@ def define_flags():
 def main(argv):
   del argv  # cli.run refuses positional arguments
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and tfds log every read at INFO; progress goes to stdout
-  check_arguments(FLAGS.teacher, FLAGS.output_dir, FLAGS.chunk_sentences, FLAGS.student_workdir)
+  check_arguments(FLAGS.teacher, FLAGS.output_dir, FLAGS.chunk_sentences, FLAGS.student_workdir, FLAGS.batch_size)
   config = workdir_lib.load_train_config(FLAGS.teacher)
   split = split_to_distil(FLAGS.split, config.dataset)
   sources = corpus.load_split(config.dataset, split).sources

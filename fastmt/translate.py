@@ -620,7 +620,7 @@ class Translator:
 
   def iter_ids(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
                chunk_sentences: int = 4096, lines_at_cap: list | None = None,
-               stream: bool = False) -> Iterator[np.ndarray]:
+               stream: bool = False, first_line: int = 1) -> Iterator[np.ndarray]:
     """Output ids per input line (without EOS; empty for a blank line), in input order, as they finish.
 
     Reads chunk_sentences lines at a time: memory holds one chunk's tensors, whatever the input's size. With
@@ -628,15 +628,15 @@ class Translator:
     typed, or sent through a pipe or a queue, is translated without waiting for the lines after it.
     With --drafter ngram and ngram_memory, the drafts also come from the outputs of this stream's earlier
     batches (a fresh memory per call: one call's speed never depends on what an earlier call translated).
-    lines_at_cap: if a list, the input line numbers (from 1) of every output that reached the output cap
-    without EOS are added to it, in no particular order (fastmt.distill keeps them out of a student's targets).
+    lines_at_cap: if a list, the input line numbers (from first_line) of every output that reached the output
+    cap without EOS are added to it, in no particular order (fastmt.distill keeps them out of a student's
+    targets). first_line: the number of the first line, in warnings and lines_at_cap (a later chunk of a file).
     """
     if isinstance(texts, str):  # it would be read character by character, each a sentence
       raise FastmtError('give the lines to translate as a list (or any iterable of lines), not one string: '
                         f'[{texts[:40]!r}{"..." if len(texts) > 40 else ""}]')
     stats = _stats_or_new(stats)
     lines = iter(texts)
-    first_line = 1
     recent = [np.full((self.recent_size,), PAD_ID, np.int32)] if self.recent_size else None
     at_cap_before, named_at_cap = stats.outputs_at_cap, []  # the warning is this call's (stats may add up calls)
     emptied_before, named_emptied = stats.empty_outputs, []
@@ -674,7 +674,7 @@ class Translator:
       yield self.tokenizer.decode([ids])[0]
 
   def translate_ids(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
-                    lines_at_cap: list | None = None):
+                    lines_at_cap: list | None = None, first_line: int = 1):
     """(output ids per input, statistics): the ids up to EOS, without it; empty for empty inputs. `stats`
     (new if None) is added to; lines_at_cap as in iter_ids. texts: a list, or any iterable of lines (read
     whole: one chunk; translate_iter streams)."""
@@ -682,11 +682,11 @@ class Translator:
       texts = list(texts)  # a generator or a file: its length sizes the one chunk
     stats = _stats_or_new(stats)
     return list(self.iter_ids(texts, batch_size, stats, chunk_sentences=max(1, len(texts)),
-                              lines_at_cap=lines_at_cap)), stats
+                              lines_at_cap=lines_at_cap, first_line=first_line)), stats
 
   def translate(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
-                lines_at_cap: list | None = None) -> tuple[list[str], TranslationStats]:
+                lines_at_cap: list | None = None, first_line: int = 1) -> tuple[list[str], TranslationStats]:
     """Translations in input order; an empty (or blank) line gives an empty line without decoding.
-    lines_at_cap as in iter_ids."""
-    ids, stats = self.translate_ids(texts, batch_size, stats, lines_at_cap)
+    lines_at_cap and first_line as in iter_ids."""
+    ids, stats = self.translate_ids(texts, batch_size, stats, lines_at_cap, first_line)
     return self.tokenizer.decode(ids), stats

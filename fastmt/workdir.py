@@ -15,6 +15,7 @@ Inference (fastmt.load, decode.py, bench, distill, clusters) imports this module
 
 import contextlib
 import gc
+import hashlib
 import json
 import logging
 import numbers
@@ -205,6 +206,16 @@ def checkpoint_error(error: Exception) -> str:
   TensorStore's appendices (the repr of a bound method; the JSON specs of the store, 1,000 characters and more)."""
   reason = (str(error).splitlines() or [''])[0].split(' See full TensorStore details')[0].split(' [tensorstore_spec')[0]
   return f'{type(error).__name__}: {reason}'
+
+
+def weights_fingerprint(params) -> str:
+  """sha256 (16 hex digits) of every parameter's path and float32 values: tells two checkpoints apart where the
+  path and step number are the same (a run trained or averaged again)."""
+  weights = hashlib.sha256()
+  for path, leaf in sorted(jax.tree_util.tree_leaves_with_path(params), key=lambda x: jax.tree_util.keystr(x[0])):
+    weights.update(jax.tree_util.keystr(path).encode())
+    weights.update(np.ascontiguousarray(np.asarray(leaf, np.float32)).tobytes())
+  return weights.hexdigest()[:16]
 
 
 def restore_params(workdir: str, model_config: ModelConfig | None = None, checkpoint='latest'):

@@ -80,6 +80,17 @@ def test_a_multilingual_dataset_tags_sources_and_keeps_each_pair_in_order(synthe
   assert '<2fr>' in tokenizer.pieces(tokenizer.encode(['<2fr> book'])[0])  # one piece, never split
 
 
+def test_a_tfds_slice_past_the_split_or_malformed_is_one_line(synthetic_db, tmp_path, monkeypatch):
+  """tfds's ValueError came out as a traceback from every tool that takes --split."""
+  monkeypatch.setattr(bible, 'fetch_database', lambda directory=None: synthetic_db)
+  dataset = ml_collections.ConfigDict({'name': 'bible/en_de', 'data_dir': str(tmp_path)})
+  assert len(corpus.load_split(dataset, 'test[:1]').sources) == 1
+  with pytest.raises(FastmtError, match=r"split 'test\[99999:\]': Requested slice \[99999:"):
+    corpus.load_split(dataset, 'test[99999:]')
+  with pytest.raises(FastmtError, match=r"split 'test\[:5': Error parsing split"):
+    corpus.load_split(dataset, 'test[:5')
+
+
 def test_reverse_swaps_the_sides_of_a_bible_pair_and_of_text_files(synthetic_db, tmp_path, monkeypatch):
   """dataset.reverse was read for tfds builders only: with 'bible/en_de' or 'text' it trained en->de without
   a word. A multilingual set (its tags on the sources) and a value that is not a bool are refused."""

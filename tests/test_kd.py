@@ -174,6 +174,24 @@ def test_distillation_refuses_other_settings_other_sources_and_unfinished_files(
     distill.distill(trained_workdir, sources[:-1], out, DecodeSettings('greedy'), chunk_sentences=8)
   with pytest.raises(ValueError, match='unfinished'):
     distill.load_distilled_targets(out, sources)
+  # Another teacher at the same path and step (trained or averaged again): its outputs were appended to the
+  # first one's without a word.
+  teacher = tmp_path / 'teacher'
+  shutil.copytree(trained_workdir, teacher)
+  again = str(tmp_path / 'kd_again')
+  distill.distill(str(teacher), sources, again, DecodeSettings('greedy'), batch_size=4, chunk_sentences=8,
+                  max_chunks=1)
+  manifest_path = os.path.join(again, distill.MANIFEST_FILE)
+  recorded = json.load(open(manifest_path))
+  params, steps = checkpoint_average.average_last_checkpoints(str(teacher), last=2)
+  shutil.rmtree(teacher)
+  checkpoint_average.write_averaged_workdir(trained_workdir, str(teacher), params, steps)
+  with pytest.raises(ValueError, match=r"other \['teacher_weights'\]"):
+    distill.distill(str(teacher), sources, again, DecodeSettings('greedy'), batch_size=4, chunk_sentences=8)
+  del recorded['teacher_weights']  # a manifest from before the field: resumes on the others
+  json.dump(recorded, open(manifest_path, 'w'))
+  assert distill.distill(str(teacher), sources, again, DecodeSettings('greedy'), batch_size=4,
+                         chunk_sentences=8).total == len(sources)
   with pytest.raises(ValueError, match=r"other sources \(21 of them\) than this config's training split "
                      r"'train\[:20\]' \(20\): distil that split with python -m fastmt.distill --split 'train\[:20\]'"):
     distill.load_distilled_targets(out, sources[1:], 'train[:20]')
@@ -315,10 +333,10 @@ class _RunOnTranslator:
   def __init__(self, *args, **kwargs):
     del args, kwargs
 
-  def translate(self, texts, batch_size, lines_at_cap=None):
+  def translate(self, texts, batch_size, lines_at_cap=None, first_line=1):
     del batch_size
     from fastmt.translate import TranslationStats  # pylint: disable=g-import-not-at-top
-    lines_at_cap.extend(i + 1 for i, text in reversed(list(enumerate(texts))) if 'God' in text)  # any order
+    lines_at_cap.extend(first_line + i for i, text in reversed(list(enumerate(texts))) if 'God' in text)  # any order
     return [text.upper() for text in texts], TranslationStats(empty_inputs=sum(not text for text in texts))
 
 

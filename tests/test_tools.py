@@ -2,6 +2,7 @@
 records): a clear FastmtError before any work, never a traceback, a loop that never ends or a file erased."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -126,6 +127,7 @@ def test_a_signal_that_lands_in_a_garbage_collector_callback_still_ends_the_tool
 def test_bench_refuses_counts_that_would_fail_after_the_work_before_loading_anything(tmp_path):
   commands = {'--repeats=0': '--repeats must be >= 1', '--limit=-3': '--limit must be >= 0',
               '--methods=greedy:4': 'greedy takes at most 0 numbers',
+              '--methods=greedy,pgj:3,greedy': '--methods names greedy more than once',  # one row, silently
               'beam:4': "Unexpected arguments: ['beam:4']"}  # as in `--methods greedy beam:4`, through cli.run
   processes = {flag: subprocess.Popen([sys.executable, '-m', 'fastmt.bench', '--workdir', str(tmp_path / 'none'), flag],
                                       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -162,6 +164,33 @@ def test_distillation_refuses_a_chunk_of_nothing_and_its_teachers_directory(tmp_
     distill.distill(str(tmp_path), ['a'], str(tmp_path) + '/')
   with pytest.raises(FastmtError, match='is the student work directory'):
     distill.distill(str(tmp_path / 'teacher'), ['a'], str(tmp_path / 'student'), student_workdir=str(tmp_path / 'student'))
+  # a student's own run directory given as the output: the teacher's spm.model replaced the student's
+  run = tmp_path / 'run'
+  run.mkdir()
+  (run / workdir_lib.MODEL_CONFIG_FILE).write_text('{}')
+  (run / workdir_lib.TOKENIZER_FILE).write_bytes(b'the student vocabulary')
+  with pytest.raises(FastmtError, match='is a train.py work directory .*model_config.json'):
+    distill.distill(str(tmp_path / 'teacher'), ['a'], str(run))
+  assert (run / workdir_lib.TOKENIZER_FILE).read_bytes() == b'the student vocabulary'
+  with pytest.raises(FastmtError, match='batch_size must be >= 1'):  # after the output directory was made
+    distill.distill(str(tmp_path / 'teacher'), ['a'], str(tmp_path / 'kd0'), batch_size=0)
+  assert not (tmp_path / 'kd0').exists()
+
+
+def test_averaging_refuses_an_output_that_holds_files_or_lies_inside_the_run(trained_workdir, tmp_path):
+  """A non-empty directory kept its files beside the new model (a user's config.json overwritten); an output
+  under the run's checkpoints/ became its unreadable latest step."""
+  from fastmt import checkpoint_average  # pylint: disable=g-import-not-at-top
+  held = tmp_path / 'held'
+  held.mkdir()
+  (held / 'config.json').write_text('{"mine": 1}')
+  with pytest.raises(FastmtError, match='is a directory that holds files'):
+    checkpoint_average.check_output(trained_workdir, str(held))
+  with pytest.raises(FastmtError, match='is inside --workdir'):
+    checkpoint_average.check_output(trained_workdir, os.path.join(trained_workdir, 'checkpoints', '999'))
+  (tmp_path / 'empty').mkdir()
+  checkpoint_average.check_output(trained_workdir, str(tmp_path / 'empty'))  # new or empty: fine
+  checkpoint_average.check_output(trained_workdir, str(tmp_path / 'new'))
 
 
 def test_every_tool_refuses_an_output_directory_that_is_a_file_before_any_work(tmp_path):
@@ -197,7 +226,10 @@ def test_distillation_reads_only_the_training_split():
       distill.split_to_distil(split, bible)
 
 
-def test_clusters_need_sentences_before_any_model_loads(tmp_path):
+def test_clusters_need_sentences_before_any_model_loads(tmp_path, trained_workdir, monkeypatch):
+  monkeypatch.setattr(workdir_lib, 'restore_params', lambda *a, **k: pytest.fail('loaded before checking'))
+  with pytest.raises(FastmtError, match='top_k 100000 is above the vocabulary size'):  # top_k's traceback, late
+    clusters_lib.build_for_workdir(trained_workdir, 'en_de', ['a'], num_clusters=4, top_k=100000)
   with pytest.raises(FastmtError, match='no source sentences'):
     clusters_lib.build_for_workdir(str(tmp_path), 'en_de', ['', '  '], num_clusters=4, top_k=2)
   with pytest.raises(FastmtError, match='num_clusters and top_k must be >= 1'):

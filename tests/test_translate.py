@@ -317,6 +317,20 @@ def test_decode_cli_says_which_flags_do_nothing_and_refuses_clusters_that_are_no
   assert 'no effect' not in run('--algorithm', 'beam', '--beam_size', '2').stderr
   result = run('--projection', 'clustered', '--clusters', str(tmp_path / 'none'))
   assert result.returncode != 0 and 'no clusters there' in result.stderr and 'Traceback' not in result.stderr
+  # Clusters of another direction: lines tagged beforehand need no --direction, and the default's clusters
+  # (en_de) projected French outputs without a word.
+  from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'multi'
+  shutil.copytree(trained_workdir, workdir)
+  (workdir / 'clusters' / 'en_fr').mkdir(parents=True)
+  (workdir / 'clusters' / 'en_fr' / clusters_lib.METADATA).write_text('{"direction": "en_fr"}')
+  for flags, message in ((['--projection', 'clustered'], 'holds clusters for en_fr; name the direction'),
+                         (['--projection', 'clustered', '--direction', 'en_de', '--clusters',
+                           str(workdir / 'clusters' / 'en_fr')],
+                          'were built for direction en_fr, not --direction en_de')):
+    result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', str(workdir), '--progress=false',
+                             *flags], input='God\n', capture_output=True, text=True, cwd=REPO)
+    assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr
 
 
 def test_bad_api_arguments_say_what_to_use_instead(trained_workdir):
@@ -564,6 +578,10 @@ def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):
   caplog.clear()  # a second call adding to the same stats warns of its own lines only
   translator.translate_ids([texts[at_cap[-1] - 1]], batch_size=2, stats=stats)  # a line that reached the cap
   assert '1 output reached the output cap without EOS (input line 1)' in caplog.text
+  caplog.clear()  # a later chunk of a file (fastmt.distill's): its lines are named as the file's, not the chunk's
+  later = []
+  translator.translate_ids([texts[at_cap[-1] - 1]], batch_size=2, lines_at_cap=later, first_line=1025)
+  assert '(input line 1025)' in caplog.text and later == [1025]
   caplog.clear()  # more than 10: the first 10 of the input, not those of the batches decoded first (the shortest)
   many = [texts[4]] * 12 + [texts[1]] * 12
   ids, _ = translator.translate_ids(many, batch_size=4)

@@ -10,6 +10,7 @@ is done; a progress bar (or, when stderr is not a terminal, a log line every 30 
 --reference; times batch-1 decoding only with --speed_sentences N.
 """
 
+import json
 import dataclasses
 import logging as std_logging
 import os
@@ -120,6 +121,31 @@ def _algorithm() -> str:
   return registry.DEFAULT_ALGORITHM.get(workdir_lib.load_objective(FLAGS.workdir), 'greedy')
 
 
+def _check_clusters_direction(clusters_dir: str) -> None:
+  """Clusters are fitted on one direction's decoder states. Lines tagged beforehand (fastmt-export-split
+  --direction en_fr) need no --tag_inputs, and so no --direction: the default's (en_de) clusters then projected
+  French outputs, a translation unlike the dense one, without a word."""
+  from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
+  if FLAGS['direction'].present:
+    metadata = os.path.join(clusters_dir, clusters_lib.METADATA)
+    built_for = None
+    if os.path.isfile(metadata):
+      with open(metadata, encoding='utf-8') as f:
+        built_for = json.load(f).get('direction')
+    if built_for not in (None, FLAGS.direction):
+      raise FastmtError(f'--clusters {clusters_dir} were built for direction {built_for}, not --direction '
+                        f'{FLAGS.direction}')
+    return
+  if FLAGS.clusters:
+    return
+  root = os.path.join(FLAGS.workdir, 'clusters')
+  built = sorted(d for d in (os.listdir(root) if os.path.isdir(root) else [])
+                 if os.path.isfile(os.path.join(root, d, clusters_lib.METADATA)))
+  if any(d != FLAGS.direction for d in built):
+    raise FastmtError(f'--projection clustered: {root} holds clusters for {", ".join(built)}; name the direction '
+                      'of the inputs with --direction (its clusters project the outputs)')
+
+
 def _warn_of_unused_flags(settings) -> None:
   """A warning for each decoding flag given on the command line that these settings do not use."""
   from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
@@ -202,6 +228,7 @@ def main(argv):
   clusters_dir = None
   if FLAGS.projection == 'clustered':
     clusters_dir = FLAGS.clusters or os.path.join(FLAGS.workdir, 'clusters', FLAGS.direction)
+    _check_clusters_direction(clusters_dir)
   chosen = {}  # what --block_size auto chose, for --metrics_json
   if auto_width:  # greedy (width 1) or spec at the width that times fastest here
     choice = decode_lib.load_fastest_spec_translator(

@@ -44,7 +44,8 @@ class ParallelText:
     return len(self.sources)
 
   def select(self, direction: str) -> 'ParallelText':
-    """The lines of one direction (all of them for a one-direction dataset named by it)."""
+    """The lines of one direction of a multilingual dataset; a one-direction dataset (no directions recorded)
+    is an error: --direction is for multilingual sets."""
     if self.directions is None:
       raise FastmtError(f'this dataset has one direction; --direction {direction!r} selects nothing')
     keep = [i for i, d in enumerate(self.directions) if d == direction]
@@ -247,7 +248,10 @@ def _data_dir(dataset_config):
 
 def _load_tfds(builder, split, source_key, target_key) -> ParallelText:
   builder.download_and_prepare(file_format='array_record')
-  source = builder.as_data_source(split=split)
+  try:
+    source = builder.as_data_source(split=split)
+  except ValueError as e:  # a slice past the split's end ('test[99999:]') or malformed ('test[:5'): tfds's words
+    raise FastmtError(f'split {split!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}') from None
   sources, targets = [], []
   for i in range(len(source)):
     example = source[i]
