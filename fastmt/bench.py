@@ -282,8 +282,7 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
     decoded = max(1, stats.sentences - stats.empty_inputs)
     r.decoder_calls_per_sentence = stats.decoder_calls / decoded
     r.loop_iterations_per_batch = stats.loop_iterations / max(1, -(-decoded // batch_size))
-    r.tokens_per_call = (stats.output_tokens + stats.sentences - stats.outputs_at_cap - stats.empty_inputs) / max(
-        1, stats.decoder_calls)
+    r.tokens_per_call = stats.tokens_per_call
     if references is not None and sources:
       scores = decode_lib.score(hypotheses[label], references, bleu_tokenize)
       r.bleu, r.chrf, r.length_ratio = scores.bleu, scores.chrf, scores.length_ratio

@@ -103,6 +103,13 @@ class TranslationStats:
   padding_rows: int = 0  # rows that only pad a batch to its static shape (done from the start)
   compile_seconds: float = 0.0  # time spent compiling new (batch rows, source bucket) shapes
 
+  @property
+  def tokens_per_call(self) -> float:
+    """Output tokens, EOS included, per decoder call: what a call commits (greedy 1; a parallel decoder more,
+    the accepted drafts; a drafter model's own calls are not decoder calls)."""
+    ended = self.sentences - self.outputs_at_cap - self.empty_inputs  # the outputs that carry an EOS
+    return (self.output_tokens + ended) / max(1, self.decoder_calls)
+
 
 def make_step_fn(model: models.Transformer, params, memory, clusters=None, output_projection=None):
   """A DecoderStepFn over `model` with the encoded source `memory` closed in.

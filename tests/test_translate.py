@@ -185,6 +185,8 @@ def test_decode_cli_end_to_end(trained_workdir, tmp_path):
               'decoder_calls_per_sentence', 'compile_s'):
     assert figures[key] is not None, key
   assert figures['empty_inputs'] == 1
+  # what a call commits, in the report and the JSON (the issue's "tokens accepted per call in every report")
+  assert figures['tokens_per_call'] >= 1 and f"per call {figures['tokens_per_call']:.2f}" in result.stderr
   # --checkpoint latest is recorded with the step it resolved to
   assert figures['checkpoint'] == 'latest' and figures['step'] == max(
       int(d) for d in os.listdir(os.path.join(trained_workdir, 'checkpoints')) if d.isdigit())
@@ -562,6 +564,22 @@ def test_repeated_passes_leave_out_the_per_call_warnings_but_not_truncation(mode
   assert stats.outputs_at_cap and stats.unreadable_inputs == 1
   assert 'reached the output cap' not in caplog.text and 'vocabulary lacks' not in caplog.text
   assert 'Input line 3 has' in caplog.text  # one line's own problem: still said
+
+
+def test_greedy_commits_exactly_one_token_a_call_and_pgj_at_least_one(model_parts):
+  """TranslationStats.tokens_per_call (decode.py's report, the bench's column): EOS counts, a row at the cap
+  has none, an empty input makes no call."""
+  texts = ['', 'God', 'And God said, Let there be light.', 'And the evening and the morning were the first day.']
+  _, greedy_stats = Translator(*model_parts).translate_ids(texts, 2)  # the tiny model runs on to the cap
+  assert greedy_stats.decoder_calls > 3 and greedy_stats.tokens_per_call == 1.0
+  # greedy where rows end: 3 words then EOS (4 calls), 2 words then EOS (3 calls), 3 words at the cap (3
+  # calls, no EOS), an empty input (no call): 8 words and 2 EOS in 10 calls
+  assert translate.TranslationStats(sentences=4, empty_inputs=1, outputs_at_cap=1, output_tokens=8,
+                                    decoder_calls=10).tokens_per_call == 1.0
+  _, pgj_stats = Translator(*model_parts, DecodeSettings('pgj', block_size=3)).translate_ids(texts, 2)
+  assert pgj_stats.tokens_per_call >= 1.0
+  assert pgj_stats.tokens_per_call == pytest.approx(
+      (pgj_stats.output_tokens + 3 - pgj_stats.outputs_at_cap) / pgj_stats.decoder_calls)
 
 
 def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):
