@@ -94,6 +94,16 @@ def save_clusters(directory: str, clusters: projection.Clusters, metadata: dict)
   os.replace(path + '.tmp', path)
 
 
+def built_direction(directory: str) -> str | None:
+  """The direction the clusters at `directory` were fitted on (None: no clusters there, or made before the
+  metadata recorded it)."""
+  path = os.path.join(directory, METADATA)
+  if not os.path.isfile(path):
+    return None
+  with open(path, encoding='utf-8') as f:
+    return json.load(f).get('direction')
+
+
 def load_clusters(directory: str, model_config, tokenizer, params) -> projection.Clusters:
   """Loads clusters saved by save_clusters; another model's, checkpoint's or vocabulary's clusters are a clear
   error. params: the float32 parameters the clusters must have been built from."""
@@ -144,8 +154,8 @@ def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, 
   clusters = projection.build_clusters(hidden, top, centroids, model_config.vocab_size)
   directory = clusters_directory(workdir, direction)
   save_clusters(directory, clusters, {'fingerprint': fingerprint(model_config, tokenizer, params),
-                                      'direction': direction, 'checkpoint_step': step, 'states': len(hidden), 'top_k': top_k,
-                                      'num_clusters': num_clusters})
+                                      'direction': direction, 'checkpoint_step': step, 'states': len(hidden),
+                                      'top_k': top_k, 'num_clusters': num_clusters})
   logging.info('Saved %d clusters (capacity %d) from %d states to %s', num_clusters, clusters.capacity,
                len(hidden), directory)
   return clusters

@@ -85,9 +85,6 @@ class ModelConfig:
       floating = False
     if not floating:
       raise FastmtError(f"dtype must be a floating-point dtype such as 'float32' or 'bfloat16', got {self.dtype!r}")
-    if jnp.dtype(self.dtype).itemsize > 4 and not jax.config.jax_enable_x64:  # JAX would compute in float32
-      raise FastmtError(f'dtype {self.dtype!r} needs JAX_ENABLE_X64=1 (without it JAX computes in float32 while '
-                        "the work directory would record float64); 'float32' or 'bfloat16'")
     if self.quantization not in ('', 'int8', 'int8_layers'):
       raise FastmtError(f"quantization must be '', 'int8' or 'int8_layers', got {self.quantization!r}")
 
@@ -108,7 +105,11 @@ class ModelConfig:
     if unknown:
       hint = ' (int8 is for inference: decode.py --dtype int8)' if 'quantization' in unknown else ''
       raise FastmtError(f'Unknown model config keys {unknown}; known keys: {sorted(known)}{hint}')
-    return cls(vocab_size=vocab_size, **values)
+    config = cls(vocab_size=vocab_size, **values)
+    if jnp.dtype(config.dtype).itemsize > 4 and not jax.config.jax_enable_x64:  # JAX would compute in float32
+      raise FastmtError(f'config.model.dtype {config.dtype!r} needs JAX_ENABLE_X64=1 (without it JAX trains in '
+                        "float32 while the work directory would record float64); 'float32' or 'bfloat16'")
+    return config
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

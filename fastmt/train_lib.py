@@ -10,6 +10,7 @@ same steps as an uninterrupted one. Multi-host: call `jax.distributed.initialize
 
 import functools
 import json
+import re
 import logging
 import math
 import numbers
@@ -368,8 +369,9 @@ def check_training_settings(config) -> None:
     raise FastmtError(f'config.label_smoothing must be below 1, got {config.get("label_smoothing")!r}')
   if (config.get('cooldown_fraction') or 0) > 1:  # 1: warm-up, then a linear decay over the whole run
     raise FastmtError(f'config.cooldown_fraction must be at most 1, got {config.get("cooldown_fraction")!r}')
-  # A warm-up past the cool-down's start (the quickstart's 200 steps with num_train_steps=100): the rate never
-  # reaches config.learning_rate (3e-8 to 9e-8 against 3e-3 in one such run), legal but seldom meant.
+  # A warm-up past the cool-down's start (the quickstart's 200 warm-up steps with num_train_steps=100): the rate
+  # never reaches config.learning_rate (44% of it there; with warmup_steps=100000, a few millionths), legal but
+  # seldom meant. Below half the peak is named.
   highest = float(jnp.max(learning_rate_schedule(config)(jnp.arange(1, config.num_train_steps + 1))))
   if highest < 0.5 * config.learning_rate:
     logging.warning('The learning rate never exceeds %.3g, %.0f%% of config.learning_rate=%g: warmup_steps=%d is '
@@ -555,10 +557,11 @@ def _initial_params(init_from: str, model_config: ModelConfig):
   try:
     params, _ = workdir_lib.restore_params(init_from, init_config, 'latest')
   except FastmtError as e:  # its advice (decode.py's --checkpoint) is no flag of train.py
-    if 'cannot be read' not in str(e):
+    if 'another --checkpoint' not in str(e):
       raise
-    raise FastmtError(f'config.init_from: {str(e).split("; is it damaged?")[0]}. init_from starts from the latest '
-                      'step; to start from an earlier one, make it a work directory of its own: fastmt-average '
+    reason = re.split(r';? (?:is it damaged\? )?[Tt]ry another --checkpoint', str(e))[0]
+    raise FastmtError(f'config.init_from: {reason}. init_from starts from the latest step; to start from an '
+                      'earlier one, make it a work directory of its own: fastmt-average '
                       f'--workdir {init_from} --last 1 --checkpoint STEP --output DIR, then init_from=DIR') from None
   if grown:
     table = params['embed']['embedding']

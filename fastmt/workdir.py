@@ -82,9 +82,9 @@ def load_train_config(workdir: str):
 def load_tokenizer(workdir: str) -> Tokenizer:
   path = _require(workdir, TOKENIZER_FILE)
   try:
-    return Tokenizer(path)
-  except (RuntimeError, OSError) as e:  # sentencepiece's error for a file that is not a model
-    raise FastmtError(f'{path} is not a SentencePiece model ({str(e).strip()[:200]})') from None
+    return Tokenizer(path)  # a damaged file is Tokenizer's FastmtError
+  except OSError as e:
+    raise FastmtError(f'{path} cannot be read ({e.strerror or e})') from None
 
 
 def load_objective(workdir: str) -> str:
@@ -304,7 +304,8 @@ def closed_loop_tracebacks_dropped():
     try:
       yield
     except BaseException:
-      deadline = time.monotonic() + _CLOSED_LOOP_WAIT_S
+      last_dropped[0] = deadline = time.monotonic()  # the quiet is counted from the failure, not the start
+      deadline += _CLOSED_LOOP_WAIT_S
       while time.monotonic() < deadline and time.monotonic() - last_dropped[0] < _CLOSED_LOOP_QUIET_S:
         time.sleep(0.02)
       # The reads' own tasks hold the same error; collected later (at exit), asyncio would log each one as

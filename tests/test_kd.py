@@ -103,8 +103,10 @@ def test_a_model_trained_with_bfloat16_activations_decodes_in_float32_when_asked
   assert model.translator().config.dtype == 'float32'
   assert model.translate(sources) == fastmt.load(trained_workdir).translate(sources)
   assert fastmt.load(str(workdir), dtype='bfloat16').translator().config.dtype == 'bfloat16'
-  with pytest.raises(ValueError, match='JAX_ENABLE_X64'):  # trained in float32 while recorded as float64
-    model_config.replace(dtype='float64')
+  from fastmt.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match='JAX_ENABLE_X64'):  # it trained in float32 while recorded as float64
+    ModelConfig.from_config(ml_collections.ConfigDict({'dtype': 'float64'}), model_config.vocab_size)
+  assert model_config.replace(dtype='float64').dtype == 'float64'  # a work directory that says so still loads
 
 
 def test_mixed_distillation_draws_raw_with_probability_p_raw_and_is_deterministic():

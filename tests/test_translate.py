@@ -333,6 +333,18 @@ def test_decode_cli_says_which_flags_do_nothing_and_refuses_clusters_that_are_no
     result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', str(workdir), '--progress=false',
                              *flags], input='God\n', capture_output=True, text=True, cwd=REPO)
     assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr
+  # --tag_inputs names the direction (the default's tag); clusters kept under another name (notebook 04's
+  # C250_K5) are of the direction their metadata says
+  result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', str(workdir), '--progress=false',
+                           '--projection', 'clustered', '--tag_inputs'], input='God\n', capture_output=True,
+                          text=True, cwd=REPO)
+  assert 'holds clusters for' not in result.stderr and 'no <2de> symbol' in result.stderr, result.stderr
+  shutil.rmtree(workdir / 'clusters' / 'en_fr')
+  (workdir / 'clusters' / 'C250_K5').mkdir()
+  (workdir / 'clusters' / 'C250_K5' / clusters_lib.METADATA).write_text('{"direction": "en_de"}')
+  result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', str(workdir), '--progress=false',
+                           '--projection', 'clustered'], input='God\n', capture_output=True, text=True, cwd=REPO)
+  assert result.returncode == 0 and result.stdout.count('\n') == 1, result.stderr
 
 
 def test_bad_api_arguments_say_what_to_use_instead(trained_workdir):

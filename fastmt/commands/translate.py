@@ -10,7 +10,6 @@ is done; a progress bar (or, when stderr is not a terminal, a log line every 30 
 --reference; times batch-1 decoding only with --speed_sentences N.
 """
 
-import json
 import dataclasses
 import logging as std_logging
 import os
@@ -126,12 +125,8 @@ def _check_clusters_direction(clusters_dir: str) -> None:
   --direction en_fr) need no --tag_inputs, and so no --direction: the default's (en_de) clusters then projected
   French outputs, a translation unlike the dense one, without a word."""
   from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
-  if FLAGS['direction'].present:
-    metadata = os.path.join(clusters_dir, clusters_lib.METADATA)
-    built_for = None
-    if os.path.isfile(metadata):
-      with open(metadata, encoding='utf-8') as f:
-        built_for = json.load(f).get('direction')
+  if FLAGS['direction'].present or FLAGS.tag_inputs:  # the direction is named (--tag_inputs tags with it)
+    built_for = clusters_lib.built_direction(clusters_dir)
     if built_for not in (None, FLAGS.direction):
       raise FastmtError(f'--clusters {clusters_dir} were built for direction {built_for}, not --direction '
                         f'{FLAGS.direction}')
@@ -139,11 +134,11 @@ def _check_clusters_direction(clusters_dir: str) -> None:
   if FLAGS.clusters:
     return
   root = os.path.join(FLAGS.workdir, 'clusters')
-  built = sorted(d for d in (os.listdir(root) if os.path.isdir(root) else [])
-                 if os.path.isfile(os.path.join(root, d, clusters_lib.METADATA)))
-  if any(d != FLAGS.direction for d in built):
-    raise FastmtError(f'--projection clustered: {root} holds clusters for {", ".join(built)}; name the direction '
-                      'of the inputs with --direction (its clusters project the outputs)')
+  built = {clusters_lib.built_direction(os.path.join(root, d)) for d in (os.listdir(root) if os.path.isdir(root)
+                                                                       else [])} - {None}
+  if built - {FLAGS.direction}:
+    raise FastmtError(f'--projection clustered: {root} holds clusters for {", ".join(sorted(built))}; name the '
+                      'direction of the inputs with --direction (its clusters project the outputs)')
 
 
 def _warn_of_unused_flags(settings) -> None:
