@@ -7,6 +7,7 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -185,6 +186,11 @@ def test_decode_cli_end_to_end(trained_workdir, tmp_path):
               'decoder_calls_per_sentence', 'compile_s'):
     assert figures[key] is not None, key
   assert figures['empty_inputs'] == 1
+  # every key is in docs/API.md's table, and every key of the table but --block_size auto's is written
+  section = (REPO / 'docs' / 'API.md').read_text(encoding='utf-8').split("## decode.py's `--metrics_json`")[1]
+  documented = set(re.findall(r'`(\w+)`', ''.join(line.split('|')[1] for line in section.split('\n## ')[0]
+                                                   .splitlines() if line.startswith('| `'))))
+  assert set(figures) == documented - {'auto_width'}, (set(figures) ^ documented)
   # what a call commits, in the report and the JSON (the "tokens accepted per call in every report")
   assert figures['tokens_per_call'] >= 1 and f"per call {figures['tokens_per_call']:.2f}" in result.stderr
   # --checkpoint latest is recorded with the step it resolved to
