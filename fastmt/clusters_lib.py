@@ -179,6 +179,19 @@ def define_flags():
   flags.DEFINE_integer('top_k', 5, 'Likely tokens per state that enter the active sets.')
 
 
+def _check_direction_of_the_dataset(workdir: str, direction: str) -> None:
+  """A Bible dataset names its directions ('bible/en_de': en_de; 'bible/en_de+en_fr': either); clusters saved
+  under another name were recorded as of a direction the model never translates. Other datasets ('text',
+  tfds) name none: any name is the user's."""
+  name = workdir_lib.load_train_config(workdir).dataset.name
+  if not name.startswith('bible/'):
+    return
+  directions = name.split('/', 1)[1].split('+')
+  if direction not in directions:
+    raise FastmtError(f'--direction {direction!r}: {workdir} was trained on {name}, whose directions are '
+                      f'{", ".join(directions)}')
+
+
 def main(argv):
   del argv  # cli.run refuses positional arguments
   logging.set_verbosity(logging.WARNING)  # orbax and tfds log every read at INFO
@@ -190,6 +203,7 @@ def main(argv):
   if os.path.exists(directory) and not os.path.isdir(directory):  # found before minutes of decoding, not after
     raise FastmtError(f'{directory} (where the clusters of --direction {FLAGS.direction} go) is a file, not a '
                       'directory: move it away or choose another --direction name')
+  _check_direction_of_the_dataset(FLAGS.workdir, FLAGS.direction)
   if FLAGS.input:
     sources = corpus.read_lines(FLAGS.input)
     if FLAGS.tag_inputs:

@@ -3,6 +3,7 @@ records): a clear FastmtError before any work, never a traceback, a loop that ne
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -175,6 +176,20 @@ def test_distillation_refuses_a_chunk_of_nothing_and_its_teachers_directory(tmp_
   with pytest.raises(FastmtError, match='batch_size must be >= 1'):  # after the output directory was made
     distill.distill(str(tmp_path / 'teacher'), ['a'], str(tmp_path / 'kd0'), batch_size=0)
   assert not (tmp_path / 'kd0').exists()
+
+
+def test_clusters_of_a_direction_the_bible_dataset_lacks_are_refused(tmp_path):
+  """'bible/en_de' translates en_de only: clusters saved as en_fr were recorded as of a direction the model never
+  translates. A 'text' dataset names no direction: any name is the user's."""
+  for name, direction, refused in (('bible/en_de', 'en_fr', True), ('bible/en_de', 'en_de', False),
+                                   ('bible/en_de+en_fr', 'en_fr', False), ('bible/en_de+en_fr', 'en_es', True),
+                                   ('text', 'mine', False)):
+    (tmp_path / workdir_lib.TRAIN_CONFIG_FILE).write_text(json.dumps({'dataset': {'name': name}}))
+    if refused:
+      with pytest.raises(FastmtError, match=f"--direction '{direction}': .* trained on {re.escape(name)}"):
+        clusters_lib._check_direction_of_the_dataset(str(tmp_path), direction)  # pylint: disable=protected-access
+    else:
+      clusters_lib._check_direction_of_the_dataset(str(tmp_path), direction)  # pylint: disable=protected-access
 
 
 def test_averaging_refuses_an_output_that_holds_files_or_lies_inside_the_run(trained_workdir, tmp_path):

@@ -330,6 +330,9 @@ def test_decode_cli_says_which_flags_do_nothing_and_refuses_clusters_that_are_no
   from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
   workdir = tmp_path / 'multi'
   shutil.copytree(trained_workdir, workdir)
+  recorded = json.loads((workdir / 'config.json').read_text())  # a multilingual model's record
+  recorded['dataset']['name'] = 'bible/en_de+en_fr'
+  (workdir / 'config.json').write_text(json.dumps(recorded))
   (workdir / 'clusters' / 'en_fr').mkdir(parents=True)
   (workdir / 'clusters' / 'en_fr' / clusters_lib.METADATA).write_text('{"direction": "en_fr"}')
   for flags, message in ((['--projection', 'clustered'], 'holds clusters for en_fr; name the direction'),
@@ -339,15 +342,15 @@ def test_decode_cli_says_which_flags_do_nothing_and_refuses_clusters_that_are_no
     result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', str(workdir), '--progress=false',
                              *flags], input='God\n', capture_output=True, text=True, cwd=REPO)
     assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr
-  # --tag_inputs names the direction (the default's tag); clusters kept under another name (notebook 04's
-  # C250_K5) are of the direction their metadata says
+  # --tag_inputs names the direction (the default's tag); clusters under another name (notebook 04's C250_K5,
+  # recorded as of 'C250_K5') are the user's to choose
   result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', str(workdir), '--progress=false',
                            '--projection', 'clustered', '--tag_inputs'], input='God\n', capture_output=True,
                           text=True, cwd=REPO)
   assert 'holds clusters for' not in result.stderr and 'no <2de> symbol' in result.stderr, result.stderr
   shutil.rmtree(workdir / 'clusters' / 'en_fr')
   (workdir / 'clusters' / 'C250_K5').mkdir()
-  (workdir / 'clusters' / 'C250_K5' / clusters_lib.METADATA).write_text('{"direction": "en_de"}')
+  (workdir / 'clusters' / 'C250_K5' / clusters_lib.METADATA).write_text('{"direction": "C250_K5"}')
   result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', str(workdir), '--progress=false',
                            '--projection', 'clustered'], input='God\n', capture_output=True, text=True, cwd=REPO)
   assert result.returncode == 0 and result.stdout.count('\n') == 1, result.stderr

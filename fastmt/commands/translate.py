@@ -121,13 +121,20 @@ def _algorithm() -> str:
 
 
 def _check_clusters_direction(clusters_dir: str) -> None:
-  """Clusters are fitted on one direction's decoder states. Lines tagged beforehand (fastmt-export-split
-  --direction en_fr) need no --tag_inputs, and so no --direction: the default's (en_de) clusters then projected
-  French outputs, a translation unlike the dense one, without a word."""
-  from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
+  """A multilingual model's clusters are fitted on one direction's decoder states. Lines tagged beforehand
+  (fastmt-export-split --direction en_fr) need no --tag_inputs, and so no --direction: the default's (en_de)
+  clusters then projected French outputs, a translation unlike the dense one, without a word. Refused: clusters
+  recorded for another of the dataset's directions than the one named, or, with none named, clusters of the
+  dataset's other directions beside the default's. (Clusters under other names, notebook 04's C250_K5, and
+  the clusters of one-direction models are the user's to choose.)"""
+  from fastmt import clusters_lib, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.data import corpus  # pylint: disable=g-import-not-at-top
+  directions = set(corpus.bible_directions(workdir_lib.load_train_config(FLAGS.workdir).dataset))
+  if not directions:
+    return
   if FLAGS['direction'].present or FLAGS.tag_inputs:  # the direction is named (--tag_inputs tags with it)
     built_for = clusters_lib.built_direction(clusters_dir)
-    if built_for not in (None, FLAGS.direction):
+    if built_for in directions and built_for != FLAGS.direction:
       raise FastmtError(f'--clusters {clusters_dir} were built for direction {built_for}, not --direction '
                         f'{FLAGS.direction}')
     return
@@ -135,10 +142,10 @@ def _check_clusters_direction(clusters_dir: str) -> None:
     return
   root = os.path.join(FLAGS.workdir, 'clusters')
   built = {clusters_lib.built_direction(os.path.join(root, d)) for d in (os.listdir(root) if os.path.isdir(root)
-                                                                       else [])} - {None}
-  if built - {FLAGS.direction}:
-    raise FastmtError(f'--projection clustered: {root} holds clusters for {", ".join(sorted(built))}; name the '
-                      'direction of the inputs with --direction (its clusters project the outputs)')
+                                                                       else [])}
+  if (built & directions) - {FLAGS.direction}:
+    raise FastmtError(f'--projection clustered: {root} holds clusters for {", ".join(sorted(built & directions))}; '
+                      'name the direction of the inputs with --direction (its clusters project the outputs)')
 
 
 def _warn_of_unused_flags(settings) -> None:
