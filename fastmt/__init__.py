@@ -65,7 +65,21 @@ def load(workdir: str, checkpoint='latest', dtype: str = 'float32', float32_kern
   return api.load(workdir, checkpoint, dtype, float32_kernel)
 
 
+def _submodules() -> list[str]:
+  import pkgutil  # pylint: disable=g-import-not-at-top
+  return [module.name for module in pkgutil.iter_modules(__path__) if not module.name.startswith('_')]
+
+
+def __dir__():
+  return sorted(set(globals()) | set(__all__) | set(_submodules()))
+
+
 def __getattr__(name):
+  # `fastmt.decoding` (any submodule) after a bare `import fastmt`, imported on first use: `import fastmt`
+  # itself stays free of JAX.
+  if not name.startswith('_') and name in _submodules():
+    import importlib  # pylint: disable=g-import-not-at-top
+    return importlib.import_module(f'{__name__}.{name}')
   if name == 'TranslationModel':
     from fastmt.api import TranslationModel  # pylint: disable=g-import-not-at-top
     return TranslationModel

@@ -20,6 +20,8 @@ import sys
 from typing import Iterable, Iterator, Sequence
 import warnings
 
+import jax
+
 from fastmt import few_rows, precision, width, workdir as workdir_lib
 from fastmt.decoding import registry
 from fastmt.errors import FastmtError, MissingError
@@ -34,6 +36,9 @@ class TranslationModel:
 
   Attributes: config (ModelConfig), params, tokenizer, objective, step (the checkpoint's), workdir.
   One compiled decoder is kept per (algorithm settings, batch shape), so repeated calls do not recompile.
+  `params` gives the weights' tree as a copy (editing it in place changes nothing here); assigning
+  `model.params = new` (the same tree and shapes) makes every algorithm decode with the new weights: each
+  compiled decoder held a copy of its own, so an edit once reached only the algorithms not used yet.
   """
 
   def __init__(self, config, params, tokenizer, objective: str = 'at', workdir: str | None = None,
@@ -42,16 +47,34 @@ class TranslationModel:
     if float32_kernel and (dtype != 'float32' or config.quantization):
       raise FastmtError(f'float32_kernel runs float32 products; this model decodes in '
                         f'{config.quantization or dtype!r}')
-    self.config, self.params = precision.for_inference(config, params, dtype)
+    self.config, params = precision.for_inference(config, params, dtype)
     self.float32_kernel = float32_kernel  # Translator's: products of at most 8 rows through fastmt's CPU kernel
-    # Packed once for every Translator of this model (the Translator packs nothing more).
-    self._translator_params = few_rows.with_layout(self.params) if float32_kernel else self.params
     self.tokenizer, self.objective, self.workdir, self.step, self.dtype = tokenizer, objective, workdir, step, dtype
     self.objective_options = dict(objective_options or {})
-    self._translators = {}
-    self._clusters = {}
     self._draft_models = {}
-    self._int8_copy = SharedInt8Copy(self.config, self.params)  # --drafter int8's, made once
+    self._use_params(params)
+
+  def _use_params(self, params) -> None:
+    """These weights for every translator from now on: what was built from the old ones is dropped."""
+    self._params = params
+    # Packed once for every Translator of this model (the Translator packs nothing more).
+    self._translator_params = few_rows.with_layout(params) if self.float32_kernel else params
+    self._translators = {}
+    self._clusters = {}  # loaded against the weights' fingerprint
+    self._int8_copy = SharedInt8Copy(self.config, params)  # --drafter int8's, made once
+
+  @property
+  def params(self):
+    return jax.tree_util.tree_map(lambda x: x, self._params)  # the containers copied: an edit stays the caller's
+
+  @params.setter
+  def params(self, new) -> None:
+    shapes = lambda tree: jax.tree_util.tree_map(lambda x: (tuple(x.shape), str(x.dtype)), tree)
+    if jax.tree_util.tree_structure(new) != jax.tree_util.tree_structure(self._params) or \
+        shapes(new) != shapes(self._params):
+      raise FastmtError('model.params = ...: give the same tree of the same shapes and dtypes as model.params '
+                        '(another architecture: fastmt.load its work directory)')
+    self._use_params(new)
 
   def translator(self, algorithm: str | None = None, clusters: str | None = None, draft_model=None,
                  **settings) -> Translator:
@@ -122,7 +145,7 @@ class TranslationModel:
       return None
     if directory not in self._clusters:
       from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
-      self._clusters[directory] = clusters_lib.load_clusters(directory, self.config, self.tokenizer, self.params)
+      self._clusters[directory] = clusters_lib.load_clusters(directory, self.config, self.tokenizer, self._params)
     return self._clusters[directory]
 
   def translate(self, texts: str | Sequence[str], algorithm: str | None = None, batch_size: int = 32, *,

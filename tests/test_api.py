@@ -39,6 +39,23 @@ def test_load_and_translate_in_order_with_every_algorithm(trained_workdir):
   assert model.translate(['', SENTENCES[0], '   ']) == ['', greedy[0], '']
 
 
+def test_new_weights_reach_every_algorithm_and_an_edited_copy_none(trained_workdir):
+  """Each compiled decoder held its own copy of the weights: an in-place edit of model.params reached only the
+  algorithms not used yet (PGJ then no longer equalled greedy), and assigning model.params reached none."""
+  model = fastmt.load(trained_workdir)
+  ids = lambda algorithm: [row.tolist() for row in model.translator(algorithm, block_size=3).translate_ids(
+      SENTENCES[:4])[0]]
+  before = ids('greedy')
+  edited = model.params
+  edited['decoder_0'] = jax.tree_util.tree_map(jax.numpy.zeros_like, edited['decoder_0'])
+  assert ids('greedy') == ids('pgj') == before  # the edit was of a copy
+  model.params = edited
+  after = ids('greedy')
+  assert after != before and ids('pgj') == after  # every algorithm, the used ones too, decodes the new weights
+  with pytest.raises(FastmtError, match='the same tree of the same shapes'):
+    model.params = {'embed': edited['embed']}
+
+
 def test_translate_iter_translates_a_generator_line_by_line_as_lines_arrive(trained_workdir):
   """A generator fed by a person, a socket or a queue: its first translation comes before its next line does
   (chunks of 4,096 lines waited for the 4,096th, or the end)."""
@@ -97,6 +114,33 @@ def test_the_outside_decoder_example_of_docs_api_runs():
   exec(compile(with_ids[0], 'docs/API.md', 'exec'), namespace)  # pylint: disable=exec-used  (pgj == greedy)
   # Started from id 0 instead of BOS_ID, the toy decoder's outputs change: the ids were used.
   assert not np.array_equal(namespace['from_pad'].tokens, namespace['reference'].tokens)
+  # A returned cache must be the given one with new values: another leaf or dtype was lax.while_loop's TypeError.
+  from fastmt.decoding import beam_search, greedy_search, pgj_decode  # pylint: disable=g-import-not-at-top
+  base_step, empty = namespace['step_fn'], namespace['empty_cache']
+  def with_a_new_leaf(*args):
+    logits, cache = base_step(*args)
+    return logits, {**cache, 'hits': jax.numpy.zeros((4, 15))}
+  def in_half_precision(*args):
+    logits, cache = base_step(*args)
+    return logits, {'h': cache['h'].astype(jax.numpy.bfloat16)}
+  for step, message in ((with_a_new_leaf, r"\['hits'\]: None -> \(\(4, 15\), 'float32'\)"),
+                        (in_half_precision, r"\['h'\]: \(\(4, 15, 16\), 'float32'\) -> \(\(4, 15, 16\), 'bfloat16'\)")):
+    with pytest.raises(ValueError, match='must return the cache it was given .*' + message):
+      greedy_search(step, empty(15), 4, 12)
+    with pytest.raises(ValueError, match='must return the cache it was given'):
+      pgj_decode(step, empty(15), 4, 12, block_size=3)
+  with pytest.raises(ValueError, match='must return the cache it was given'):
+    beam_search(with_a_new_leaf, empty(15), 2, 2, 12)  # 2 sentences x 2 beams: the example's 4 rows
+  # The jax.jit recipe of the text after the example, as written there (and what a count left traced says).
+  step_fn, cache = namespace['step_fn'], namespace['empty_cache'](15)
+  jitted = jax.jit(pgj_decode, static_argnames=('step_fn', 'batch_size', 'max_length', 'block_size'))
+  out = jitted(step_fn, cache, batch_size=4, max_length=12, block_size=3)
+  np.testing.assert_array_equal(out.tokens, namespace['reference'].tokens)
+  assert 'jax.jit(pgj_decode, static_argnames=(\'step_fn\', \'batch_size\', \'max_length\', \'block_size\'))' in (
+      REPO / 'docs' / 'API.md').read_text(encoding='utf-8').replace('\n', ' ')
+  with pytest.raises(ValueError, match="max_length must be a Python int, got a traced value .*static_argnames"):
+    jax.jit(pgj_decode, static_argnames=('step_fn', 'batch_size', 'block_size'))(step_fn, cache, batch_size=4,
+                                                                                 max_length=12, block_size=3)
 
 
 def test_the_library_example_of_docs_api_runs(trained_workdir, tmp_path, monkeypatch, capsys):

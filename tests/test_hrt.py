@@ -123,6 +123,19 @@ def test_two_stage_greedy_returns_the_oracle_and_counts_calls(k):
   assert np.asarray(out.decoder_calls).tolist() == [-(-(n + 1) // k) + 1 for n in lengths]
 
 
+def test_a_step_function_taking_keywords_through_kwargs_gets_every_positions_logits_asked_for():
+  """One step function for every decoder takes the interleaved decoders' directions= through **kwargs; HRT read
+  that as taking project= and failed on the shape of the logits it got back."""
+  natural = natural_rows([0, 3, 8], 24)
+  oracle = oracle_hrt_step(natural, 2)
+
+  def step_fn(tokens, positions, self_mask, cache, write_offsets, **unused):
+    assert 'project' not in unused
+    return oracle(tokens, positions, self_mask, cache, write_offsets)
+  out = hrt_decode(step_fn, stub_cache(3, 24), 3, 24, 2, MASK_ID, BOS_K)
+  assert (np.asarray(out.tokens) == natural).all()
+
+
 def test_two_stage_beam_returns_the_oracle():
   natural = natural_rows([3, 8], 20)
   step = oracle_hrt_step(np.repeat(natural, 3, axis=0), 2)

@@ -152,6 +152,19 @@ def test_the_known_training_keys_are_the_reference_configs_and_every_shipped_con
   assert len(names) >= 12
 
 
+def test_the_submodules_the_package_docstring_names_are_attributes_of_a_bare_import():
+  """`import fastmt; fastmt.decoding` was an AttributeError; dir(fastmt) lacked the lazy names (tab completion).
+  `import fastmt` alone still loads no JAX."""
+  code = ('import sys, fastmt; jax_first = "jax" in sys.modules; '
+          'print(jax_first, callable(fastmt.decoding.greedy_search), fastmt.models.Transformer.__name__, '
+          '{"decoding", "models", "TranslationModel", "FastmtError"} <= set(dir(fastmt)))')
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=REPO)
+  assert result.returncode == 0 and result.stdout.split() == ['False', 'True', 'Transformer', 'True'], result.stderr
+  import fastmt  # pylint: disable=g-import-not-at-top
+  with pytest.raises(AttributeError, match="no attribute 'nosuch'"):
+    fastmt.nosuch  # pylint: disable=pointless-statement
+
+
 def test_inference_does_not_import_the_training_stack():
   code = ('import sys, fastmt, fastmt.api, fastmt.decode_lib, fastmt.commands.translate, fastmt.distill, '
           'fastmt.clusters_lib, fastmt.bench, fastmt.data.pipeline; '

@@ -170,7 +170,7 @@ def _search(step_fn, cache, batch_size, beam_size, max_length, alpha, row_caps, 
     current = jax.lax.dynamic_slice_in_dim(state.live_seqs, state.step, 1, axis=2).reshape(n * k, 1)
     logits, cache = checked_step_output(
         step_fn(current, offsets[:, None], causal_window_mask(offsets, 1, cache_length), state.cache, offsets),
-        n * k, 1, ids)
+        n * k, 1, ids, cache_in=state.cache)
     log_probs = _log_probs(logits[:, 0]).reshape(n, k, -1)  # [B, K, V]
     vocab = log_probs.shape[-1]
     candidates = (state.live_scores[:, :, None] + log_probs).reshape(n, k * vocab)

@@ -78,7 +78,7 @@ def greedy_search(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
     current = jax.lax.dynamic_slice_in_dim(state.tokens, state.step, 1, axis=1)  # [B, 1]
     logits, cache = checked_step_output(
         step_fn(current, offsets[:, None], causal_window_mask(offsets, 1, cache_length), state.cache, offsets),
-        batch_size, 1, (bos_id, eos_id, pad_id))
+        batch_size, 1, (bos_id, eos_id, pad_id), cache_in=state.cache)
     next_token = best_tokens(logits[:, 0])  # [B]
     next_token = jnp.where(state.done, pad_id, next_token)
     tokens = jax.lax.dynamic_update_slice_in_dim(state.tokens, next_token[:, None], state.step + 1, axis=1)

@@ -46,13 +46,14 @@ def skip_step(step_fn: DecoderStepFn, k: int, bos_k_id: int) -> DecoderStepFn:
 
 
 def accepts_projection(step_fn) -> bool:
-  """Whether step_fn takes the optional `project` keyword (fastmt's step functions do; a step function written
-  to docs/API.md's plain contract need not)."""
+  """Whether step_fn takes the optional `project` keyword by name (fastmt's step functions do; a step function
+  written to docs/API.md's plain contract need not). A **kwargs catch-all does not count: a step function that
+  takes `directions=` that way for the interleaved decoders returned every position's logits to `project`."""
   try:
     parameters = inspect.signature(step_fn).parameters.values()
   except (TypeError, ValueError):  # no signature to read (a C callable): fastmt's contract assumed
     return True
-  return any(p.name == 'project' or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+  return any(p.name == 'project' and p.kind is not inspect.Parameter.POSITIONAL_ONLY for p in parameters)
 
 
 def fill_masks(step_fn: DecoderStepFn, cache, skip_tokens: jax.Array, k: int, mask_id: int):

@@ -81,7 +81,7 @@ def _call(step_fn, layout: order.Interleaving, current, step, cache, cache_lengt
     extra['directions'] = jnp.broadcast_to(directions, (rows, z))
   return checked_step_output(step_fn(current, jnp.broadcast_to(positions, (rows, z)),
                                      jnp.broadcast_to(mask, (rows,) + mask.shape), cache, offsets, **extra),
-                             rows, z)
+                             rows, z, cache_in=cache)
 
 
 def _natural_order(layout, reordered, caps, max_length):

@@ -196,11 +196,12 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
       logits, cache = checked_step_output(
           step_fn(jnp.concatenate([inputs, jnp.full_like(inputs, mask_id)], 1),
                   jnp.concatenate([positions, positions + context[:, None]], 1),
-                  draft_window_mask(n, context, width, cache_length), s.cache, n), rows, 2 * width, ids)
+                  draft_window_mask(n, context, width, cache_length), s.cache, n), rows, 2 * width, ids, s.cache)
       logits, draft_logits = logits[:, :width], logits[:, width:]
     else:
       logits, cache = checked_step_output(
-          step_fn(inputs, positions, causal_window_mask(n, width, cache_length), s.cache, n), rows, width, ids)
+          step_fn(inputs, positions, causal_window_mask(n, width, cache_length), s.cache, n), rows, width, ids,
+          s.cache)
     predictions = best_tokens(logits)  # [B, W]: for outputs n .. n + W - 1
     accepted, done = commit(s.guess, predictions, n, caps, s.done, eos_id)
     committed = n + accepted

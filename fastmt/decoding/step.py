@@ -70,6 +70,9 @@ def check_counts(**counts) -> None:
   """Each count (batch_size=..., max_length=...) must be a whole number >= 1: a clear ValueError here instead
   of a TypeError or IndexError from deep inside JAX (a float shape, an empty argmax)."""
   for name, value in counts.items():
+    if isinstance(value, jax.core.Tracer):  # a count jax.jit traced: shapes are made of it
+      raise ValueError(f'{name} must be a Python int, got a traced value ({value}): under jax.jit give it as a '
+                       f'static argument (static_argnames=({name!r}, ...))')
     if not is_whole_number(value) or value < 1:
       raise ValueError(f'{name} must be a whole number >= 1, got {value!r}')
 
@@ -99,11 +102,13 @@ def cache_slots(cache: Any, rows: int) -> int:
   return next(iter(slots))
 
 
-def checked_step_output(output: Any, rows: int, width: int, ids: tuple[int, ...] = ()) -> tuple[jax.Array, Any]:
+def checked_step_output(output: Any, rows: int, width: int, ids: tuple[int, ...] = (),
+                        cache_in: Any = None) -> tuple[jax.Array, Any]:
   """step_fn's (logits [rows, width, V], cache), its shape checked at trace time: logits of the last position
   only ([B, V]) or (cache, logits) in the other order would otherwise decode garbage or fail deep inside.
   ids: the decoder's special ids, which must lie in the vocabulary (an eos_id >= V is never predicted: every
-  row would run to its cap)."""
+  row would run to its cap). cache_in: the cache the call was given; the returned one must have its leaves,
+  shapes and dtypes (a while loop carries it; lax.while_loop's own TypeError named none of this)."""
   if not isinstance(output, (tuple, list)) or len(output) != 2:
     raise ValueError(f'step_fn must return (logits, cache), got {type(output).__name__}')
   logits, cache = output
@@ -114,6 +119,15 @@ def checked_step_output(output: Any, rows: int, width: int, ids: tuple[int, ...]
   if ids and max(ids) >= shape[-1]:
     raise ValueError(f'special ids {ids} (bos_id, eos_id, pad_id) must be below the vocabulary size {shape[-1]} '
                      'of the logits')
+  if cache_in is not None:
+    leaves = lambda tree: {jax.tree_util.keystr(path): (tuple(leaf.shape), str(leaf.dtype))
+                           for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+    given, returned = leaves(cache_in), leaves(cache)
+    if given != returned:
+      changed = sorted(k for k in given.keys() | returned.keys() if given.get(k) != returned.get(k))
+      raise ValueError('step_fn must return the cache it was given with new values only (the same leaves, shapes '
+                       'and dtypes); these differ (given, returned): '
+                       + ', '.join(f'{k}: {given.get(k)} -> {returned.get(k)}' for k in changed[:4]))
   return logits, cache
 
 
