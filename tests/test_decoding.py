@@ -408,6 +408,9 @@ def test_row_caps_of_the_wrong_length_are_an_error_and_negative_caps_are_padding
   for name, run in _every_decoder(markov_step(table), stub_cache, batch=2, row_caps=jnp.array([4, 4, 4])).items():
     with pytest.raises(ValueError, match=r'one cap per row, shape \(2,\)'):
       run()
+  for name, run in _every_decoder(markov_step(table), stub_cache, batch=2, row_caps=np.array([3.5, 4.0])).items():
+    with pytest.raises(ValueError, match='row_caps must be integers'):  # 3.5 was a cap of 3, without a word
+      run()
   for name, run in _every_decoder(markov_step(table), stub_cache, batch=2, row_caps=jnp.array([-3, 4])).items():
     out = run()
     np.testing.assert_array_equal(out.tokens[:, :2], [[0, 0], [A, EOS_ID]], err_msg=name)

@@ -42,6 +42,9 @@ def row_limits(batch_size: int, max_length: int, row_caps) -> jax.Array:
     return jnp.full((batch_size,), max_length, jnp.int32)
   if np.shape(row_caps) != (batch_size,):
     raise ValueError(f'row_caps must have one cap per row, shape ({batch_size},), got {np.shape(row_caps)}')
+  dtype = getattr(row_caps, 'dtype', None) or np.asarray(row_caps).dtype
+  if not jnp.issubdtype(dtype, jnp.integer):  # 3.5 became a cap of 3 without a word
+    raise ValueError(f'row_caps must be integers (token counts), got dtype {dtype}')
   return jnp.clip(jnp.asarray(row_caps, jnp.int32), 0, max_length)  # a negative cap is a padding row too
 
 
