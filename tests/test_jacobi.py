@@ -76,6 +76,20 @@ def test_chain_initializer_follows_the_table_from_each_anchor():
   np.testing.assert_array_equal(guesses, [[5, 6, 7, 5], [7, 5, 6, 7], [1, 1, 1, 1]])
 
 
+def test_an_initializer_of_the_wrong_shape_or_dtype_is_a_clear_error():
+  """A custom initializer returning [W] (one row) was an IndexError deep inside the loop, a drafter's other width
+  a broadcasting error; float guesses a cast."""
+  seqs = np.array([SEQ + [A] * 5])
+  one_row = lambda width: lambda anchors: jnp.full((width,), A, jnp.int32)
+  floats = lambda width: lambda anchors: jnp.full((anchors.shape[0], width), 2.5)
+  for initializer, found in ((one_row, r'shape \(3,\) of int32'), (floats, r'shape \(1, 3\) of float32')):
+    with pytest.raises(ValueError, match=r'must be token ids \[B, width\] = \[1, 3\], got ' + found):
+      jacobi.pgj_decode(positional_step(seqs), stub_cache(1, 15), 1, 12, 3, initializer=initializer)
+  two_wide = lambda tokens, end, width: (jnp.full((tokens.shape[0], 2), A, jnp.int32), jnp.ones(tokens.shape[0], bool))
+  with pytest.raises(ValueError, match=r'must be token ids \[B, width\] = \[1, 3\], got shape \(1, 2\)'):
+    jacobi.jacobi_decode(positional_step(seqs), stub_cache(1, 15), 1, 12, 3, drafter=two_wide)
+
+
 def test_no_eos_runs_to_the_cap_exactly():
   seqs = np.array([[A, B] * 6])
   out = jacobi.pj_decode(positional_step(seqs), stub_cache(1, 16), 1, 8)

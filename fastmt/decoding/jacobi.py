@@ -55,6 +55,17 @@ def pad_initializer(width: int, pad_id: int = PAD_ID) -> Callable[[jax.Array], j
   return lambda anchor: jnp.full((anchor.shape[0], width), pad_id, jnp.int32)
 
 
+def checked_guesses(guesses, rows: int, width: int) -> jax.Array:
+  """An initializer's guesses or a drafter's drafts, checked at trace time: token ids [rows, width] (an
+  initializer returning [W] was an IndexError deep inside the loop, a drafter's other width a broadcasting
+  error, float guesses a silent cast)."""
+  shape, dtype = getattr(guesses, 'shape', None), getattr(guesses, 'dtype', None)
+  if shape is None or tuple(shape) != (rows, width) or not jnp.issubdtype(dtype, jnp.integer):
+    raise ValueError(f'guesses (initializer(width)(anchors [B]), or a drafter\'s drafts) must be token ids '
+                     f'[B, width] = [{rows}, {width}], got shape {shape} of {dtype}')
+  return guesses
+
+
 def chain_initializer(next_token: jax.Array) -> Initializer:
   """Guesses by following a next-token table from the anchor: g_1 = next[anchor], g_j = next[g_(j-1)].
 
@@ -157,7 +168,8 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
   kept = min(width, state.guess.shape[1])
   guess = state.guess[:, :kept]
   if kept < width:
-    guess = jnp.concatenate([guess, guesses_after(guess[:, -1])[:, :width - kept]], axis=1)
+    guess = jnp.concatenate([guess, checked_guesses(guesses_after(guess[:, -1]), rows, width)[:, :width - kept]],
+                            axis=1)
   # A guess outside the vocabulary (a user's initializer or drafter, a bad draft table) would embed as NaN in
   # most models (an out-of-range lookup), and NaN keys and values reach every position of the call, masked or
   # not (0 x NaN): such guesses are fed as PAD. An id the model cannot predict never passes the commit rule
@@ -237,6 +249,10 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
     if drafter is not None and width > 1:
       # tokens[1 .. committed] are final: the drafter continues them (it reads nothing past `committed`).
       drafted, found = drafter(tokens, committed, width)
+      drafted = checked_guesses(drafted, rows, width)
+      if getattr(found, 'shape', None) != (rows,):
+        raise ValueError(f'a drafter must return (drafts [B, width], found [B]) with B = {rows}, got found of shape '
+                         f'{getattr(found, "shape", None)}')
       guess = jnp.where(found[:, None], drafted, guess)
     if draft_model is not None and width > 1 and not drafts_first:
       guess, draft_cache = draft_model_lib.draft(draft_model, draft_cache, tokens, n, accepted, width)
@@ -326,7 +342,8 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
                         jnp.zeros(shape[:2], jnp.int32))
   zeros = jnp.zeros((batch_size,), jnp.int32)
   caps = row_limits(batch_size, max_length, row_caps)
-  first_guesses = initializer(block_size)(jnp.full((batch_size,), bos_id, jnp.int32))
+  first_guesses = checked_guesses(initializer(block_size)(jnp.full((batch_size,), bos_id, jnp.int32)), batch_size,
+                                  block_size)
   draft_cache = None
   if draft_model is not None:
     draft_slots = jax.tree_util.tree_leaves(draft_model.cache)[0].shape[1]
