@@ -1,40 +1,52 @@
-r"""A hash of each decoder's lowered program (StableHLO) on a tiny random model: run it in two checkouts to
-show that a change leaves a decoder's compiled program as it was (or not).
+r"""The decoders' compiled programs as fingerprints: sha256 of the StableHLO each method lowers to.
 
-    python benchmarks/lowered_programs.py                                   # this checkout
-    git worktree add /tmp/before 69ede87 && (cd /tmp/before && python /path/to/benchmarks/lowered_programs.py)
+A change meant to act at trace time only (argument checks, messages) leaves every fingerprint as it was; run
+this against two checkouts and compare, instead of timing two versions on a drifting machine:
 
-It imports fastmt and the tests' random model from the current directory's checkout. The programs are those
-of greedy, beam (K = 1), PGJ and HGJ called as fastmt's Translator calls them for its own models (fastmt's
-special ids, no row caps); equal hashes mean an identical program, so identical outputs and speed.
+    python benchmarks/lowered_programs.py --workdir runs/quickstart > new.txt
+    PYTHONPATH=<a worktree of the older commit> python benchmarks/lowered_programs.py --workdir runs/quickstart > old.txt
+    diff old.txt new.txt    # nothing: the same programs run
 """
 
 import hashlib
-import os
-import sys
+import re
 
-sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), 'tests')]
+from absl import app, flags
+import jax
+import jax.numpy as jnp
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from conftest import model_step, random_model  # noqa: E402
-from fastmt import models  # noqa: E402
-from fastmt.decoding import beam, greedy, jacobi  # noqa: E402
+import fastmt
+from fastmt import bench
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('workdir', None, 'A trained work directory.')
+flags.DEFINE_list('methods', ['greedy', 'beam:4', 'pgj:3', 'hgj:3', 'spec:3+ngram', 'spec:3+int8', 'greedy@int8'],
+                  'Bench method names (fastmt.bench.parse_method).')
+flags.DEFINE_list('shapes', ['1x16', '32x32'], 'rows x source bucket.')
 
 
-def main():
-  model, params = random_model(0)
-  step_fn = model_step(model, params, jnp.ones((2, 5), jnp.int32))
-  cache = lambda rows, slots: models.init_cache(model.config, rows, slots)
-  decoders = {'greedy': lambda: greedy.greedy_search(step_fn, cache(2, 16), 2, 16),
-              'beam1': lambda: beam.beam_search(step_fn, cache(2, 16), 2, 1, 16),
-              'pgj3': lambda: jacobi.pgj_decode(step_fn, cache(2, 32), 2, 16, 3),
-              'hgj3': lambda: jacobi.hgj_decode(step_fn, cache(2, 32), 2, 16, 3, parallel_length=5)}
-  print(f'fastmt from {os.path.dirname(os.path.dirname(os.path.abspath(models.__file__)))}')
-  for name, decode in decoders.items():
-    text = jax.jit(decode).lower().as_text(debug_info=False)
-    print(name, hashlib.sha256(text.encode()).hexdigest()[:16])
+def fingerprint(translator, rows: int, bucket: int) -> str:
+  spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=translator.rows_sharding)
+  recent = jax.ShapeDtypeStruct((translator.recent_size,), jnp.int32) if translator.recent_size else None
+  text = translator._decode.lower(translator.params, spec((rows, bucket)), spec((rows,)),  # pylint: disable=protected-access
+                                  translator.clusters, translator.draft_table, translator.output_projection,
+                                  translator.drafter, recent).as_text()
+  text = re.sub(r'loc\(.*?\)', '', text)  # source locations: line numbers of the Python that traced it
+  return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def main(argv):
+  del argv
+  models = {}
+  for method in FLAGS.methods:
+    _, settings, dtype = bench.parse_method(method)
+    model = models.setdefault(dtype, fastmt.load(FLAGS.workdir, dtype=dtype))
+    translator = model._translator(settings, None, None)  # pylint: disable=protected-access  (bench's way)
+    for shape in FLAGS.shapes:
+      rows, bucket = map(int, shape.split('x'))
+      print(f'{method} {shape} {fingerprint(translator, rows, bucket)}', flush=True)
 
 
 if __name__ == '__main__':
-  main()
+  flags.mark_flag_as_required('workdir')
+  app.run(main)
