@@ -4,7 +4,8 @@ A change meant to act at trace time only (argument checks, messages) leaves ever
 this against two checkouts and compare, instead of timing two versions on a drifting machine:
 
     python benchmarks/lowered_programs.py --workdir runs/quickstart > new.txt
-    PYTHONPATH=<a worktree of the older commit> python benchmarks/lowered_programs.py --workdir runs/quickstart > old.txt
+    PYTHONPATH=<a worktree of the older commit> python benchmarks/lowered_programs.py \
+        --workdir runs/quickstart > old.txt
     diff old.txt new.txt    # nothing: the same programs run
 """
 
@@ -28,7 +29,8 @@ flags.DEFINE_list('shapes', ['1x16', '32x32'], 'rows x source bucket.')
 def fingerprint(translator, rows: int, bucket: int) -> str:
   spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=translator.rows_sharding)
   recent = jax.ShapeDtypeStruct((translator.recent_size,), jnp.int32) if translator.recent_size else None
-  text = translator._decode.lower(translator.params, spec((rows, bucket)), spec((rows,)),  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  text = translator._decode.lower(translator.params, spec((rows, bucket)), spec((rows,)),
                                   translator.clusters, translator.draft_table, translator.output_projection,
                                   translator.drafter, recent).as_text()
   text = re.sub(r'loc\(.*?\)', '', text)  # source locations: line numbers of the Python that traced it
