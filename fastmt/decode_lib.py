@@ -32,6 +32,7 @@ from fastmt.errors import FastmtError, MissingError
 from fastmt import translate as translate_lib
 from fastmt.translate import DecodeSettings, TranslationStats, Translator, has_visible_text
 
+logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
 
 @dataclasses.dataclass
 class DecodeReport:
@@ -205,9 +206,9 @@ def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
         text = raw.decode('utf-8', errors='replace')
         counts.replaced_lines += 1
         if counts.replaced_lines <= REPLACED_LINES_LOGGED:
-          logging.warning('%s:%d: invalid UTF-8 (%s at byte %d) replaced by U+FFFD%s', name, number, e.reason,
-                          e.start, '; further lines are only counted' if counts.replaced_lines ==
-                          REPLACED_LINES_LOGGED else '')
+          logger.warning('%s:%d: invalid UTF-8 (%s at byte %d) replaced by U+FFFD%s', name, number, e.reason,
+                         e.start, '; further lines are only counted' if counts.replaced_lines ==
+                         REPLACED_LINES_LOGGED else '')
       yield text.rstrip('\r')
   finally:
     if stream is not sys.stdin.buffer:
@@ -244,7 +245,7 @@ def load_draft_table(workdir: str) -> np.ndarray:
     try:
       return np.load(path)
     except (OSError, ValueError) as e:  # unreadable here (another user's 0600 file) or cut short: rebuilt
-      logging.warning('The cached bigram draft table %s does not load (%s): built again', path, e)
+      logger.warning('The cached bigram draft table %s does not load (%s): built again', path, e)
   config = workdir_lib.load_train_config(workdir)
   tokenizer = workdir_lib.load_tokenizer(workdir)
   try:
@@ -252,7 +253,7 @@ def load_draft_table(workdir: str) -> np.ndarray:
   except FastmtError as e:  # the error names a file the user may never have given here (/dev/fd/63 of a <(zcat))
     raise type(e)(f'the bigram draft table is built from the training targets recorded in {workdir}/'
                   f'{workdir_lib.TRAIN_CONFIG_FILE}, which cannot be read now: {e}') from e
-  logging.info('Building the bigram draft table of %d training targets for %s', len(targets), workdir)
+  logger.info('Building the bigram draft table of %d training targets for %s', len(targets), workdir)
   table = drafts.bigram_table(tokenizer.encode(targets), tokenizer.vocab_size)
   # A cache only: a work directory that cannot be written (read-only, shared) decodes all the same. Its own
   # temporary name, so two processes building it at once never write one file.
@@ -264,8 +265,8 @@ def load_draft_table(workdir: str) -> np.ndarray:
     os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide the cache from the directory's other users
     os.replace(temporary, path)
   except OSError as e:
-    logging.warning('The bigram draft table is not cached in %s (%s): the next decode builds it again', workdir,
-                    e.strerror or e)
+    logger.warning('The bigram draft table is not cached in %s (%s): the next decode builds it again', workdir,
+                   e.strerror or e)
     if temporary and os.path.exists(temporary):
       try:
         os.remove(temporary)
@@ -294,8 +295,8 @@ def draft_table_for(workdir: str | None, settings) -> np.ndarray | None:
   try:
     return load_draft_table(workdir)
   except FastmtError as e:
-    logging.warning('--drafter ngram: no bigram draft table for %s (%s); positions without a lookup match are '
-                    'guessed as PAD (the output is the same)', workdir, e)
+    logger.warning('--drafter ngram: no bigram draft table for %s (%s); positions without a lookup match are '
+                   'guessed as PAD (the output is the same)', workdir, e)
     return None
 
 
@@ -335,7 +336,7 @@ def load_model(workdir: str, algorithms=(), clusters_dir: str | None = None, dty
   for algorithm in algorithms:
     registry.check_objective(algorithm, objective)
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
-  logging.info('Loaded %s step %d', workdir, step)
+  logger.info('Loaded %s step %d', workdir, step)
   tokenizer = workdir_lib.load_tokenizer(workdir)
   clusters = None
   if clusters_dir:
@@ -343,7 +344,7 @@ def load_model(workdir: str, algorithms=(), clusters_dir: str | None = None, dty
     try:
       clusters = clusters_lib.load_clusters(clusters_dir, model_config, tokenizer, params)
     except FileNotFoundError as e:
-      logging.warning('%s: using the dense projection for this direction', e)
+      logger.warning('%s: using the dense projection for this direction', e)
   model_config, params = precision.for_inference(model_config, params, dtype)
   return LoadedModel(workdir, model_config, params, tokenizer, clusters, objective,
                      workdir_lib.load_objective_options(workdir), step, float32_kernel)
@@ -487,7 +488,7 @@ def score(hypotheses, references, tokenize: str = '13a') -> Scores | None:
   if len(references) != len(hypotheses):
     raise FastmtError(f'{len(hypotheses)} input lines but {len(references)} reference lines')
   if not hypotheses:
-    logging.warning('No sentences: nothing to score')
+    logger.warning('No sentences: nothing to score')
     return None
   bleu_metric_, chrf_metric = bleu_metric(tokenize), sacrebleu.CHRF()
   bleu = bleu_metric_.corpus_score(hypotheses, [references])
@@ -587,8 +588,8 @@ def replaced_on_success(path: str):
   try:
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=f'.{name}.', suffix='.partial')
   except OSError as e:  # a writable file in a directory we may not create files in: written in place
-    logging.warning('%s is written in place (no temporary file in %s: %s): a failed run leaves part of a '
-                    'translation there', path, directory, e.strerror or e)
+    logger.warning('%s is written in place (no temporary file in %s: %s): a failed run leaves part of a '
+                   'translation there', path, directory, e.strerror or e)
     with open(path, 'w', encoding='utf-8') as f:
       yield f
     return

@@ -41,6 +41,7 @@ from fastmt.data.distilled import (DISTILLED_FILE, MANIFEST_FILE, OUTPUTS_AT_CAP
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, Translator
 
+logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
 
 
 @dataclasses.dataclass
@@ -74,7 +75,7 @@ def check_arguments(teacher_workdir: str, output_dir: str, chunk_sentences: int,
 
 def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=DecodeSettings('beam'),
             batch_size: int = 32, chunk_sentences: int = 1024, student_workdir: str | None = None,
-            max_chunks: int | None = None, log=logging.info, checkpoint='latest') -> DistillResult:
+            max_chunks: int | None = None, log=logger.info, checkpoint='latest') -> DistillResult:
   """Translates `sources` with the teacher's checkpoint ('latest', 'best' or a step) into
   output_dir/distilled.txt, resuming.
 
@@ -167,7 +168,7 @@ def _resume_point(output_dir: str, manifest: dict) -> int:
       keep = data.index(b'\n', keep) + 1
     f.truncate(keep)  # lines past the manifest's count belong to a chunk whose write was cut short
   if lines > done:
-    logging.warning('Dropped %d lines of an unfinished chunk from %s', lines - done, path)
+    logger.warning('Dropped %d lines of an unfinished chunk from %s', lines - done, path)
   return done
 
 

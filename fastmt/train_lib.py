@@ -38,6 +38,7 @@ from fastmt.translate import DecodeSettings, TranslationStats, Translator
 from fastmt.checkpoint_average import AVERAGED_FROM_FILE
 from fastmt.workdir import MODEL_CONFIG_FILE, TOKENIZER_FILE, TRAIN_CONFIG_FILE
 
+logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
 
 
 class TrainState(train_state.TrainState):
@@ -269,8 +270,8 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
   manager = workdir_lib.checkpoint_manager(workdir, config.max_checkpoints_to_keep, training=True)
   keep_best = config.get('keep_best_checkpoint') and config.get('eval_bleu_sentences')
   if config.get('keep_best_checkpoint') and not keep_best:  # the RoyalFlush configs keep one by default
-    logging.warning('No best checkpoint is kept: config.keep_best_checkpoint chooses by validation BLEU, which '
-                    'config.eval_bleu_sentences=0 does not compute (decode the latest checkpoint)')
+    logger.warning('No best checkpoint is kept: config.keep_best_checkpoint chooses by validation BLEU, which '
+                   'config.eval_bleu_sentences=0 does not compute (decode the latest checkpoint)')
   best_manager = workdir_lib.checkpoint_manager(workdir, best=True, training=True) if keep_best else None
   if manager.all_steps():
     state, manager = _restore_newest_readable(manager, state, workdir, config.max_checkpoints_to_keep)
@@ -374,10 +375,10 @@ def check_training_settings(config) -> None:
   # seldom meant. Below half the peak is named.
   highest = float(jnp.max(learning_rate_schedule(config)(jnp.arange(1, config.num_train_steps + 1))))
   if highest < 0.5 * config.learning_rate:
-    logging.warning('The learning rate never exceeds %.3g, %.0f%% of config.learning_rate=%g: warmup_steps=%d is '
-                    'longer than this run of %d steps before its cool-down (cooldown_fraction=%g); lower '
-                    'warmup_steps for a short run', highest, 100 * highest / config.learning_rate,
-                    config.learning_rate, config.warmup_steps, config.num_train_steps, config.cooldown_fraction)
+    logger.warning('The learning rate never exceeds %.3g, %.0f%% of config.learning_rate=%g: warmup_steps=%d is '
+                   'longer than this run of %d steps before its cool-down (cooldown_fraction=%g); lower '
+                   'warmup_steps for a short run', highest, 100 * highest / config.learning_rate,
+                   config.learning_rate, config.warmup_steps, config.num_train_steps, config.cooldown_fraction)
   # Validation BLEU's sentences: a negative count sliced the split from its end (all but the last N).
   eval_bleu_sentences = config.get('eval_bleu_sentences', 0)
   if not is_whole_number(eval_bleu_sentences) or eval_bleu_sentences < 0:
@@ -439,11 +440,11 @@ def _record_batch_plan(workdir: str, batches) -> None:
       recorded = None
     if isinstance(recorded, dict) and {k: v for k, v in recorded.items() if k != 'devices'} != \
         {k: v for k, v in plan.items() if k != 'devices'}:
-      logging.warning('This run plans its training batches for %d device(s) (%d batches an epoch), the '
-                      'checkpoints were trained with a plan for %s (%s batches an epoch): another device count, '
-                      'or another tokens_per_batch or bucket_lengths. From here on the batches differ from an '
-                      'uninterrupted run\'s (%s records the plans)', plan['devices'],
-                      plan['batches_per_epoch'], recorded.get('devices'), recorded.get('batches_per_epoch'), path)
+      logger.warning('This run plans its training batches for %d device(s) (%d batches an epoch), the '
+                     'checkpoints were trained with a plan for %s (%s batches an epoch): another device count, '
+                     'or another tokens_per_batch or bucket_lengths. From here on the batches differ from an '
+                     'uninterrupted run\'s (%s records the plans)', plan['devices'],
+                     plan['batches_per_epoch'], recorded.get('devices'), recorded.get('batches_per_epoch'), path)
   if jax.process_index() == 0:
     with open(path + '.tmp', 'w', encoding='utf-8') as f:
       json.dump(plan, f, indent=2)
@@ -471,10 +472,10 @@ def _warn_of_a_changed_corpus(workdir: str, config) -> None:
   changed = [f'dataset.{k}' for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k != 'p_raw']
   changed += ['vocab_size'] if recorded.get('vocab_size') != current.get('vocab_size') else []
   if changed:
-    logging.warning('%s resumes from its checkpoint with %s changed since its recorded config: it keeps its '
-                    'vocabulary (%s) and its steps so far (text in characters the vocabulary lacks trains as '
-                    '<unk>; a new --workdir with init_from starts afresh)',
-                    workdir, ', '.join(changed), workdir_lib.TOKENIZER_FILE)
+    logger.warning('%s resumes from its checkpoint with %s changed since its recorded config: it keeps its '
+                   'vocabulary (%s) and its steps so far (text in characters the vocabulary lacks trains as '
+                   '<unk>; a new --workdir with init_from starts afresh)',
+                   workdir, ', '.join(changed), workdir_lib.TOKENIZER_FILE)
 
 
 def _restore_newest_readable(manager, state, workdir: str, max_to_keep):
@@ -506,8 +507,8 @@ def _restore_newest_readable(manager, state, workdir: str, max_to_keep):
         while os.path.exists(aside):  # the same step failed before
           aside, n = f'{directory}.unreadable{n}', n + 1
         os.replace(directory, aside)
-        logging.warning('checkpoint step %d of %s cannot be read (%s); set aside as %s, resuming from '
-                        'step %d', bad, workdir, workdir_lib.checkpoint_error(error), os.path.basename(aside), step)
+        logger.warning('checkpoint step %d of %s cannot be read (%s); set aside as %s, resuming from '
+                       'step %d', bad, workdir, workdir_lib.checkpoint_error(error), os.path.basename(aside), step)
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices('fastmt: unreadable checkpoints set aside')
     return restored, workdir_lib.checkpoint_manager(workdir, max_to_keep, training=True)  # re-reads the steps

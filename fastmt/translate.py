@@ -44,6 +44,8 @@ from fastmt.decoding.greedy import DecodeOutput
 from fastmt.decoding.interleaving import Interleaving
 from fastmt.errors import FastmtError
 
+logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
+
 SOURCE_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
 
@@ -181,8 +183,7 @@ def quiet_repeated_warnings():
   counts valid_outputs_at_cap). Warnings about the inputs of one line (truncation) still come.
   """
   quiet = _DropPerCallWarnings()
-  logger = logging.getLogger()  # this module logs to the root logger
-  logger.addFilter(quiet)
+  logger.addFilter(quiet)  # this module's own logger: a filter there sees only the records made there
   try:
     yield
   finally:
@@ -469,8 +470,8 @@ class Translator:
       if len(row) + 1 > self.config.max_length:
         stats.truncated_inputs += 1
         line = line_numbers[i] if line_numbers is not None else i + 1
-        logging.warning('Input line %d has %d tokens; truncated to the model maximum %d', line, len(row) + 1,
-                        self.config.max_length)
+        logger.warning('Input line %d has %d tokens; truncated to the model maximum %d', line, len(row) + 1,
+                       self.config.max_length)
         row = row[:self.config.max_length - 1]
       ids.append(np.append(row, EOS_ID).astype(np.int32))
     return ids
@@ -591,8 +592,8 @@ class Translator:
     if unreadable:
       named = ', '.join(str(first_line + i) for i in unreadable[:_LINES_AT_CAP_NAMED])
       plural = 's' * (len(unreadable) > 1)
-      logging.warning(UNREADABLE_WARNING, len(unreadable), plural, plural, named,
-                      ', ...' if len(unreadable) > _LINES_AT_CAP_NAMED else '')
+      logger.warning(UNREADABLE_WARNING, len(unreadable), plural, plural, named,
+                     ', ...' if len(unreadable) > _LINES_AT_CAP_NAMED else '')
     empty = {i: np.zeros((0,), np.int32) for i in sorted(set(range(len(texts))) - set(nonempty))}
     if empty:
       yield empty
@@ -666,12 +667,12 @@ class Translator:
     if at_cap:
       named = sorted(named_at_cap)
       more = ', ...' if at_cap > len(named) else ''
-      logging.warning(OUTPUT_CAP_WARNING, at_cap, 's' * (at_cap > 1), 's' * (at_cap > 1),
-                      ', '.join(map(str, named)), more)
+      logger.warning(OUTPUT_CAP_WARNING, at_cap, 's' * (at_cap > 1), 's' * (at_cap > 1),
+                     ', '.join(map(str, named)), more)
     emptied = stats.empty_outputs - emptied_before
     if emptied:
-      logging.warning(EMPTY_OUTPUT_WARNING, emptied, 's' * (emptied > 1), 's' * (emptied > 1),
-                      ', '.join(map(str, sorted(named_emptied))), ', ...' if emptied > len(named_emptied) else '')
+      logger.warning(EMPTY_OUTPUT_WARNING, emptied, 's' * (emptied > 1), 's' * (emptied > 1),
+                     ', '.join(map(str, sorted(named_emptied))), ', ...' if emptied > len(named_emptied) else '')
 
   def translate_iter(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
                      chunk_sentences: int = 4096, stream: bool = False) -> Iterator[str]:

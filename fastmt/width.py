@@ -20,6 +20,8 @@ import time
 from fastmt import rounds
 from fastmt.errors import FastmtError
 
+logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
+
 WIDTHS = (2, 3, 4)  # the candidate windows besides width 1 (greedy's step)
 CALIBRATION_SPLIT = 'validation'  # what the widths are timed on by default: never a split being scored
 
@@ -52,7 +54,7 @@ class AutoWidthTranslator:
   """
 
   def __init__(self, translators: dict, calibration, repeats: int = 5, margin: float = 0.02,
-               min_sentences: int = 24, log=logging.info, clock=time.perf_counter):
+               min_sentences: int = 24, log=logger.info, clock=time.perf_counter):
     if 1 not in translators:
       raise FastmtError('spec:auto needs width 1 (greedy, the fallback) among its candidates')
     from fastmt.translate import has_visible_text  # pylint: disable=g-import-not-at-top

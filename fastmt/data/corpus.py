@@ -24,6 +24,8 @@ from fastmt.data import bible
 from fastmt.data.tokenizer import has_visible_text
 from fastmt.errors import FastmtError, MissingError
 
+logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
+
 SPLITS = ('train', 'validation', 'test')
 UTF8_BOM = b'\xef\xbb\xbf'
 
@@ -257,7 +259,7 @@ def _load_tfds(builder, split, source_key, target_key) -> ParallelText:
     example = source[i]
     sources.append(_text(example[source_key]))
     targets.append(_text(example[target_key]))
-  logging.info('Loaded %s/%s: %d pairs', builder.name, split, len(sources))
+  logger.info('Loaded %s/%s: %d pairs', builder.name, split, len(sources))
   return ParallelText(sources, targets)
 
 

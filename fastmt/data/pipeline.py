@@ -14,6 +14,7 @@ from fastmt.data import batching, corpus, distilled
 from fastmt.data.tokenizer import RESERVED_SYMBOLS, UNK_ID, Tokenizer, extend_with_reserved, train_tokenizer
 from fastmt.workdir import TOKENIZER_FILE, has_checkpoints
 
+logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
 
 
 @dataclasses.dataclass
@@ -43,9 +44,9 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
       added = extend_with_reserved(init_spm, path)  # a vocabulary from before the reservation gains them
       _write_vocabulary_record(workdir, {'copied_from': os.path.abspath(init_spm)})
       if added:
-        logging.warning('%s predates fastmt\'s reserved symbols: %d appended to the copy in %s (ids from %d; '
-                        'the embedding table grows by as many rows)', init_spm, len(added), workdir,
-                        Tokenizer(init_spm).vocab_size)
+        logger.warning('%s predates fastmt\'s reserved symbols: %d appended to the copy in %s (ids from %d; '
+                       'the embedding table grows by as many rows)', init_spm, len(added), workdir,
+                       Tokenizer(init_spm).vocab_size)
   distilled_dir = config.dataset.get('distilled_dir')
   if distilled_dir:
     teacher_spm = os.path.join(distilled_dir, TOKENIZER_FILE)
@@ -55,8 +56,8 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
       added = extend_with_reserved(teacher_spm, path)  # as for init_from: a student may train any objective
       _write_vocabulary_record(workdir, {'copied_from': os.path.abspath(teacher_spm)})
       if added:
-        logging.warning('%s predates fastmt\'s reserved symbols: %d appended to the student\'s copy in %s',
-                        teacher_spm, len(added), workdir)
+        logger.warning('%s predates fastmt\'s reserved symbols: %d appended to the student\'s copy in %s',
+                       teacher_spm, len(added), workdir)
   if os.path.exists(path) and (init_from or distilled_dir or has_checkpoints(workdir)):
     return Tokenizer(path)  # a resumed run keeps its vocabulary (train_lib warns when the corpus changed)
   record = _vocabulary_record(config, train)  # digests the training text: only where it is compared or written
@@ -69,8 +70,8 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
     # model. Reusing it would spell the new text with the old pieces (a new script as <unk>) without a word.
     made = (f'copied from {earlier["copied_from"]}' if isinstance(earlier, dict) and 'copied_from' in earlier
             else 'trained for another corpus, training text or vocab_size')
-    logging.warning('%s was left by an earlier start of this work directory that saved no checkpoint (%s): '
-                    'training the vocabulary again for this config', path, made)
+    logger.warning('%s was left by an earlier start of this work directory that saved no checkpoint (%s): '
+                   'training the vocabulary again for this config', path, made)
   tokenizer = train_tokenizer(train.sources + train.targets, path, config.vocab_size, seed=config.seed,
                               user_symbols=RESERVED_SYMBOLS + tuple(corpus.language_tags(config.dataset)),
                               character_coverage=config.get('vocab_character_coverage', 1.0))
@@ -106,9 +107,9 @@ def _warn_of_unknown_pieces(source_ids, target_ids, tokenizer, config) -> float:
       lines = sum(1 for row in rows if (row == UNK_ID).any())
       origin = ('config.init_from\'s' if config.get('init_from') else 'the distillation teacher\'s'
                 if config.dataset.get('distilled_dir') else 'this work directory\'s')
-      logging.warning('%.1f%% of the training %s tokens (in %d of %d lines) are <unk>: %s vocabulary (%s) cannot '
-                      'spell this corpus; a vocabulary trained on it needs a new work directory without init_from',
-                      100 * fraction, side, lines, len(rows), origin, tokenizer.model_path)
+      logger.warning('%.1f%% of the training %s tokens (in %d of %d lines) are <unk>: %s vocabulary (%s) cannot '
+                     'spell this corpus; a vocabulary trained on it needs a new work directory without init_from',
+                     100 * fraction, side, lines, len(rows), origin, tokenizer.model_path)
   return worst
 
 
@@ -155,8 +156,8 @@ def load_training_data(config, workdir: str, batch_multiple: int = 1) -> Trainin
     targets, references = distilled.student_targets(config.dataset.distilled_dir, train.sources, train.targets,
                                                     train_split)
     if references:  # the teacher ran on to its cap there: a student must not learn that
-      logging.warning('%d of %d distilled targets reached the teacher\'s output cap without EOS: those pairs '
-                      'train on their reference targets', references, len(targets))
+      logger.warning('%d of %d distilled targets reached the teacher\'s output cap without EOS: those pairs '
+                     'train on their reference targets', references, len(targets))
     distilled_ids = tokenizer.encode(targets)
   source_ids, target_ids = tokenizer.encode(train.sources), tokenizer.encode(train.targets)
   _warn_of_unknown_pieces(source_ids, target_ids, tokenizer, config)
@@ -170,8 +171,8 @@ def load_training_data(config, workdir: str, batch_multiple: int = 1) -> Trainin
   validation_batches, padding = batching.validation_batches(val_src, val_tgt, buckets, config.tokens_per_batch,
                                                             batch_multiple)
   if padding:
-    logging.info('Validation: %d all-PAD rows (weighed 0) split the batches evenly over %d devices', padding,
-                 batch_multiple)
-  logging.info('Training pairs: %d in %d batches per epoch; validation pairs: %d scored for the loss (of %d)',
-               len(src), train_batches.batches_per_epoch, len(val_src), len(validation))
+    logger.info('Validation: %d all-PAD rows (weighed 0) split the batches evenly over %d devices', padding,
+                batch_multiple)
+  logger.info('Training pairs: %d in %d batches per epoch; validation pairs: %d scored for the loss (of %d)',
+              len(src), train_batches.batches_per_epoch, len(val_src), len(validation))
   return TrainingData(tokenizer, train_batches, validation, validation_batches, skipped)

@@ -22,6 +22,8 @@ import sentencepiece as spm
 
 from fastmt.errors import FastmtError
 
+logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
+
 PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
 MASK = '<mask>'
 MAX_CHUNK_SIZE = 8  # HRT chunk sizes k = 2 .. 8 get a start symbol of their own
@@ -220,8 +222,8 @@ def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sent
     f.write(model.getvalue())
   os.chmod(tmp_path, 0o644)  # mkstemp's 0600 would hide it from a shared directory's other users
   os.replace(tmp_path, model_path)
-  logging.info('Trained a %d-piece SentencePiece model on %d sentences -> %s', vocab_size, len(texts),
-               model_path)
+  logger.info('Trained a %d-piece SentencePiece model on %d sentences -> %s', vocab_size, len(texts),
+              model_path)
   return Tokenizer(model_path)
 
 

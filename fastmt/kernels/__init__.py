@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
+
 TARGET = 'fastmt_int8_matmul'
 FLOAT32_TARGET = 'fastmt_float32_matmul'
 BLOCK = 16  # output columns per packed block (one 512-bit register of int32 or float32)
@@ -104,7 +106,7 @@ def available(kind: str = 'int8') -> bool:
       reason = _load(_KINDS[kind])
       _state[kind] = {'available': not reason, 'reason': reason}
       if reason:
-        logging.warning("fastmt's %s CPU kernel is not used (%s): %s", kind, reason, _FALLBACKS[kind])
+        logger.warning("fastmt's %s CPU kernel is not used (%s): %s", kind, reason, _FALLBACKS[kind])
   return _state[kind]['available']
 
 
