@@ -158,6 +158,7 @@ class MethodResult:
   identical_to_greedy: str = ''  # 'n/m' sentences identical
   decoder_calls_per_sentence: float = 0.0
   tokens_per_call: float = 0.0  # output tokens (EOS included) per decoder call
+  drafter_calls_per_sentence: float = 0.0  # a separate drafter model's calls (spec:...:model / int8), besides
   loop_iterations_per_batch: float = 0.0  # while-loop iterations per batch at the large batch (slowest row)
   iteration_speedup: float = 0.0  # the baseline's decoder calls per sentence / this method's
   bleu_b1: float = float('nan')  # BLEU of the batch-1 outputs (with exactness_at_batch1)
@@ -283,6 +284,7 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
     r.decoder_calls_per_sentence = stats.decoder_calls / decoded
     r.loop_iterations_per_batch = stats.loop_iterations / max(1, -(-decoded // batch_size))
     r.tokens_per_call = stats.tokens_per_call
+    r.drafter_calls_per_sentence = stats.drafter_calls / decoded
     if references is not None and sources:
       scores = decode_lib.score(hypotheses[label], references, bleu_tokenize)
       r.bleu, r.chrf, r.length_ratio = scores.bleu, scores.chrf, scores.length_ratio

@@ -60,6 +60,7 @@ class DecodeReport:
   length_ratio: float | None = None
   brevity_penalty: float | None = None
   tokens_per_call: float = 0.0  # output tokens (EOS included) per decoder call: a parallel decoder's acceptance
+  drafter_calls_per_sentence: float = 0.0  # a separate drafter model's calls (spec's drafter 'model' / 'int8')
 
 
 @dataclasses.dataclass
@@ -557,7 +558,7 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
       sentences=stats.sentences, **scored,
       ms_per_sentence=ms_per_sentence, sentences_per_s=stats.sentences / decode_seconds,
       words_per_s=words / decode_seconds, decoder_calls_per_sentence=stats.decoder_calls / decoded,
-      tokens_per_call=stats.tokens_per_call,
+      tokens_per_call=stats.tokens_per_call, drafter_calls_per_sentence=stats.drafter_calls / decoded,
       compile_s=stats.compile_seconds, empty_inputs=stats.empty_inputs, truncated_inputs=stats.truncated_inputs,
       outputs_at_cap=stats.outputs_at_cap, unreadable_inputs=stats.unreadable_inputs, wall_s=wall,
       empty_outputs=stats.empty_outputs,
@@ -632,8 +633,10 @@ def format_report(report: DecodeReport) -> str:
     parts.append(f'batch 1: {report.ms_per_sentence:.2f} ms/sentence (median)')
   parts.append(f'{report.sentences} sentences in {report.wall_s:.1f} s ({report.compile_s:.1f} s compiling); '
                f'{report.sentences_per_s:.1f} sentences/s, {report.words_per_s:.0f} source words/s without compiling')
+  drafter = (f'; and {report.drafter_calls_per_sentence:.2f} drafter model calls/sentence'
+             if report.drafter_calls_per_sentence else '')
   parts.append(f'decoder calls/sentence {report.decoder_calls_per_sentence:.2f}, output tokens (EOS included) per '
-               f'call {report.tokens_per_call:.2f}')
+               f'call {report.tokens_per_call:.2f}{drafter}')
   unreadable = f' ({report.unreadable_inputs} in characters the vocabulary lacks)' if report.unreadable_inputs else ''
   parts.append(f'empty inputs {report.empty_inputs}{unreadable}, truncated inputs {report.truncated_inputs}, '
                f'outputs at the length cap {report.outputs_at_cap}, empty outputs of non-empty inputs '

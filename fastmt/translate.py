@@ -99,6 +99,9 @@ class TranslationStats:
   outputs_at_cap: int = 0  # rows that reached the output cap without EOS
   empty_outputs: int = 0  # non-empty inputs translated to nothing (the model's first token EOS), warned
   decoder_calls: int = 0  # sum over sentences of the decoder calls that sentence needed
+  # sum over sentences of a separate drafter model's calls (spec with drafter 'model' or 'int8'): each costs
+  # what the drafter's size makes it cost, besides the decoder calls above
+  drafter_calls: int = 0
   loop_iterations: int = 0  # sum over batches of while-loop iterations
   output_tokens: int = 0
   batches: int = 0
@@ -604,6 +607,8 @@ class Translator:
       stats.batches += 1
       stats.padding_rows += source.shape[0] - real
       stats.decoder_calls += int(result.decoder_calls[:real].sum())
+      if result.drafter_calls is not None:
+        stats.drafter_calls += int(result.drafter_calls[:real].sum())
       stats.loop_iterations += int(result.loop_iterations)
       at_cap = ~(tokens == EOS_ID).any(-1)
       stats.outputs_at_cap += int(at_cap.sum())

@@ -141,7 +141,27 @@ def test_useless_or_adversarial_autoregressive_drafts_give_greedy_within_w_times
   assert verifier_calls <= int(expected.decoder_calls[0])
   assert (np.asarray(trace.inputs) < VOCAB).all()
   assert len(drafter_calls) == (width - 1) * int(out.loop_iterations)
+  assert int(out.drafter_calls[0]) == len(drafter_calls)  # what TranslationStats.drafter_calls adds up
   assert verifier_calls + len(drafter_calls) <= width * int(expected.decoder_calls[0])
+
+
+@pytest.mark.parametrize('drafts', ['right', 'junk'])
+def test_a_selfdraft_drafters_calls_are_counted_as_they_run(drafts):
+  """DecodeOutput.drafter_calls of a selfdraft drafter model: one call before the first verification and one
+  after each, as counted by a callback inside the drafter's step."""
+  import jax  # pylint: disable=g-import-not-at-top
+  sequence = SEQ + [A] * 12
+  ran = []
+  stub = _stub_drafter(sequence if drafts == 'right' else [JUNK] * 20)
+
+  def counted_step(*args, **kwargs):
+    jax.debug.callback(lambda: ran.append(1))
+    return stub.step_fn(*args, **kwargs)
+  drafter = draft_model.DraftModel(counted_step, stub.cache, MASK, VOCAB)
+  out = jacobi.pgj_decode(_oracle_verifier(sequence), stub_cache(1, 19), 1, 16, 3, draft_model=drafter)
+  jax.effects_barrier()
+  assert int(out.decoder_calls[0]) == (3 if drafts == 'right' else 7)  # junk: greedy's 7
+  assert int(out.drafter_calls[0]) == len(ran) == int(out.decoder_calls[0]) + 1
 
 
 @pytest.mark.parametrize('seed', range(3))

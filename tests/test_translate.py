@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from fastmt import translate, workdir as workdir_lib
+from fastmt import decode_lib, translate, workdir as workdir_lib
 from fastmt.decoding.step import EOS_ID
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
@@ -634,6 +634,23 @@ def test_greedy_commits_exactly_one_token_a_call_and_pgj_at_least_one(model_part
   assert pgj_stats.tokens_per_call >= 1.0
   assert pgj_stats.tokens_per_call == pytest.approx(
       (pgj_stats.output_tokens + 3 - pgj_stats.outputs_at_cap) / pgj_stats.decoder_calls)
+
+
+def test_a_drafter_models_calls_are_counted_beside_the_decoder_calls(model_parts):
+  """spec with drafter 'int8' (the model's int8 copy drafts by width - 1 calls of its own before each decoder
+  call): TranslationStats.drafter_calls and decode.py's report count them; greedy and PGJ make none."""
+  texts = ['', 'God', 'And God said, Let there be light.']
+  _, greedy_stats = Translator(*model_parts).translate_ids(texts, 2)
+  _, pgj_stats = Translator(*model_parts, DecodeSettings('pgj', block_size=3)).translate_ids(texts, 2)
+  assert greedy_stats.drafter_calls == pgj_stats.drafter_calls == 0
+  _, spec_stats = Translator(*model_parts, DecodeSettings('spec', block_size=3, drafter='int8')).translate_ids(texts, 2)
+  assert spec_stats.decoder_calls > 0 and spec_stats.drafter_calls == 2 * spec_stats.decoder_calls
+  report = decode_lib.DecodeReport(
+      sentences=3, bleu=None, chrf=None, bleu_signature=None, chrf_signature=None, ms_per_sentence=None,
+      sentences_per_s=1.0, words_per_s=1.0, decoder_calls_per_sentence=4.0, compile_s=0.0, empty_inputs=1,
+      truncated_inputs=0, outputs_at_cap=0, tokens_per_call=2.0, drafter_calls_per_sentence=8.0)
+  assert 'per call 2.00; and 8.00 drafter model calls/sentence' in decode_lib.format_report(report)
+  assert 'drafter' not in decode_lib.format_report(dataclasses.replace(report, drafter_calls_per_sentence=0.0))
 
 
 def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):

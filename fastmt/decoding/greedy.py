@@ -29,6 +29,9 @@ class DecodeOutput:
   tokens: jax.Array
   decoder_calls: jax.Array  # int32 [B]: decoder calls each row needed before its output was final
   loop_iterations: jax.Array  # int32 []: iterations the batch ran (the slowest row's count)
+  # int32 [B]: a separate drafter model's calls up to the row's last decoder call (speculative decoding's
+  # --drafter model / int8, fastmt/decoding/draft_model.py); None where no drafter model runs
+  drafter_calls: jax.Array | None = None
 
 
 def row_limits(batch_size: int, max_length: int, row_caps) -> jax.Array:

@@ -362,13 +362,25 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
                       draft_cache, pool)
   state = _jacobi_loop(step_fn, state, block_size, max_length, parallel_length, initializer, caps, mask_id, drafter,
                        draft_model, (bos_id, eos_id, pad_id))
+  drafter_calls = None if draft_model is None else _drafter_calls(draft_model, state.calls, block_size)
   if parallel_length < max_length:
     state = _jacobi_loop(step_fn, state, 1, max_length, max_length, initializer, caps,
                          ids=(bos_id, eos_id, pad_id))
   outputs = state.tokens[:, 1:max_length + 1]
   outputs = jnp.where(jnp.arange(max_length)[None, :] < state.committed[:, None], outputs, pad_id)
-  result = DecodeOutput(outputs, state.calls, state.iteration)
+  result = DecodeOutput(outputs, state.calls, state.iteration, drafter_calls)
   return (result, state.trace) if return_trace else result
+
+
+def _drafter_calls(draft_model: draft_model_lib.DraftModel, calls: jax.Array, width: int) -> jax.Array:
+  """int32 [B]: the drafter model's calls for rows that made `calls` verification calls (the parallel loop's):
+  a selfdraft drafter one before the first and one after each (draft_model.draft), an autoregressive one
+  W - 1 before each (draft_autoregressive); none at width 1, where nothing is drafted."""
+  if width == 1:
+    return jnp.zeros_like(calls)
+  if draft_model.autoregressive:
+    return calls * (width - 1)
+  return jnp.where(calls > 0, calls + 1, 0)
 
 
 def ngram_drafter(source: jax.Array | None = None, ngram: int = 2, recent: jax.Array | None = None) -> PrefixDrafter:
