@@ -9,6 +9,7 @@ import functools
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 import _thread
@@ -154,10 +155,21 @@ def exit_cleanly_on_termination() -> None:
 
 
 def check_output_directory(path: str, flag: str) -> None:
-  """A directory a tool creates or writes into at the end of its work: refused at the start when the path is
-  an existing file (os.makedirs would fail only after the work)."""
+  """A directory a tool creates or writes into at the end of its work: refused at the start when it could not
+  be (an existing file, a file above it, a place this process cannot write), where os.makedirs or the first
+  write would fail only after the work."""
   if os.path.exists(path) and not os.path.isdir(path):
     raise FastmtError(f'{flag} {path!r} is a file, not a directory: give a directory (it is created if missing)')
+  existing = os.path.abspath(path)
+  while not os.path.exists(existing):  # the folder the missing part would be made in
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise FastmtError(f'{flag} {path!r} cannot be created: {existing!r} is a file')
+  try:  # a real write, not os.access: root passes os.access on a read-only file system
+    with tempfile.TemporaryFile(dir=existing):
+      pass
+  except OSError as e:
+    raise FastmtError(f'{flag} {path!r} cannot be written: {e.strerror or e} in {existing!r}') from None
 
 
 def define_checkpoint_flag(what: str = 'The checkpoint') -> None:

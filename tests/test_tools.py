@@ -231,6 +231,20 @@ def test_every_tool_refuses_an_output_directory_that_is_a_file_before_any_work(t
   assert taken.read_text() == 'kept\n'
 
 
+def test_an_output_directory_under_a_file_or_on_a_read_only_file_system_is_refused_at_once(tmp_path):
+  """os.path.exists passed both; os.makedirs, or the first write, failed after the work."""
+  taken = tmp_path / 'taken'
+  taken.write_text('kept\n')
+  with pytest.raises(FastmtError, match="cannot be created: .*taken' is a file"):
+    cli.check_output_directory(str(taken / 'out' / 'deeper'), '--output_dir')
+  if os.path.isdir('/proc/self'):  # Linux: proc refuses new files, even to root (who passes os.access anywhere)
+    with pytest.raises(FastmtError, match="--output_dir '/proc/fastmt-out' cannot be written: .* in '/proc'"):
+      cli.check_output_directory('/proc/fastmt-out', '--output_dir')
+  cli.check_output_directory(str(tmp_path / 'new' / 'deeper'), '--output_dir')  # made later, at the end
+  cli.check_output_directory(str(tmp_path), '--output_dir')
+  assert sorted(os.listdir(tmp_path)) == ['taken']  # the probe leaves nothing behind, makes nothing
+
+
 def test_distillation_reads_only_the_training_split():
   """A student trains on it; validation and test are what models are scored on (the CLI distilled them)."""
   bible = ml_collections.ConfigDict({'name': 'bible/en_de'})
