@@ -34,7 +34,8 @@ _SETTING_NAMES = {f.name for f in dataclasses.fields(DecodeSettings)} - {'algori
 class TranslationModel:
   """A trained model with its vocabulary, ready to translate with any algorithm fastmt.decoding has.
 
-  Attributes: config (ModelConfig), params, tokenizer, objective, step (the checkpoint's), workdir.
+  Attributes: config (ModelConfig), params, tokenizer, objective, step (the checkpoint's), workdir, dtype (what it
+  decodes in: a fastmt.precision.DTYPES value).
   One compiled decoder is kept per (algorithm settings, batch shape), so repeated calls do not recompile.
   `params` gives the weights' tree as a copy (editing it in place changes nothing here); assigning
   `model.params = new` (the same tree and shapes) makes every algorithm decode with the new weights: each
@@ -49,7 +50,9 @@ class TranslationModel:
                         f'{config.quantization or dtype!r}')
     self.config, params = precision.for_inference(config, params, dtype)
     self.float32_kernel = float32_kernel  # Translator's: products of at most 8 rows through fastmt's CPU kernel
-    self.tokenizer, self.objective, self.workdir, self.step, self.dtype = tokenizer, objective, workdir, step, dtype
+    self.tokenizer, self.objective, self.workdir, self.step = tokenizer, objective, workdir, step
+    self.dtype = precision.dtype_of(self.config)  # what it decodes in: a quantized model's own, asked 'float32'
+    self._drafter_dtype = dtype  # a drafter loads as asked (a float drafter is not quantized for this model)
     self.objective_options = dict(objective_options or {})
     self._draft_models = {}
     self._use_params(params)
@@ -137,7 +140,7 @@ class TranslationModel:
                         f'{type(draft_model).__name__}')
     draft_model = os.path.expanduser(os.fspath(draft_model))
     if draft_model not in self._draft_models:
-      self._draft_models[draft_model] = load(draft_model, dtype=self.dtype)
+      self._draft_models[draft_model] = load(draft_model, dtype=self._drafter_dtype)
     return self._draft_models[draft_model]
 
   def _load_clusters(self, directory):

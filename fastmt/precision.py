@@ -40,6 +40,14 @@ def split_dtype(dtype: str) -> tuple[str, str]:
   return 'float32', dtype
 
 
+def dtype_of(config: ModelConfig) -> str:
+  """The DTYPES value a (config, params) from for_inference decodes in: split_dtype's inverse. An already
+  quantized model asked for 'float32' decodes as it was saved, which this names ('bfloat16_int8', say)."""
+  if not config.quantization:
+    return 'bfloat16' if config.dtype == 'bfloat16' else 'float32'
+  return f'bfloat16_{config.quantization}' if config.dtype == 'bfloat16' else config.quantization
+
+
 def _to_bfloat16(params):
   """Float weight matrices ('kernel', 'embedding' leaves) -> bfloat16; everything else (biases, LayerNorm, the
   int8 scales, whatever their rank, and int8 leaves) unchanged."""

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, cpu_flags, random_model, tiny_model_config
+import fastmt
 from fastmt import kernels, models, precision, quantize, workdir as workdir_lib
 from fastmt.config import ModelConfig
 from fastmt.errors import FastmtError
@@ -264,6 +265,20 @@ def test_a_saved_int8_model_decodes_with_bfloat16_activations(int8_parts, tmp_pa
   int8_outputs, _ = Translator(config, params, tokenizer).translate(GENESIS, batch_size=4)
   # Not identical by design (8-bit activations between the products), but the same model: most lines agree.
   assert sum(a == b for a, b in zip(outputs, int8_outputs)) >= len(GENESIS) // 2
+
+
+def test_a_model_says_the_precision_it_decodes_in(trained_workdir, int8_parts):
+  """TranslationModel.dtype: an already quantized model asked for 'float32' decodes as it was saved (with
+  bfloat16 activations, say) and said 'float32'."""
+  config = workdir_lib.load_model_config(trained_workdir)
+  params, _ = workdir_lib.restore_params(trained_workdir, config)
+  for dtype in precision.DTYPES:
+    assert precision.dtype_of(precision.for_inference(config, params, dtype)[0]) == dtype
+  q_config, q_params, tokenizer = int8_parts
+  saved_bf16 = precision.for_inference(q_config, q_params, 'bfloat16_int8')
+  assert fastmt.TranslationModel(*saved_bf16, tokenizer).dtype == 'bfloat16_int8'
+  assert fastmt.TranslationModel(q_config, q_params, tokenizer).dtype == 'int8'
+  assert fastmt.TranslationModel(config, params, tokenizer, dtype='int8_layers').dtype == 'int8_layers'
 
 
 def test_bad_quantization_requests_are_clear_errors(int8_parts, tmp_path):
