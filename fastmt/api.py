@@ -13,22 +13,32 @@ Decoding algorithms themselves are pure functions of a decoder-step callable (fa
 any JAX model: docs/API.md shows one wrapped around a decoder written outside fastmt.
 """
 
+import collections
 import collections.abc
 import dataclasses
 import os
 import sys
+import threading
 from typing import Iterable, Iterator, Sequence
 import warnings
 
 import jax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from fastmt import few_rows, precision, width, workdir as workdir_lib
 from fastmt.decoding import registry
 from fastmt.errors import FastmtError, MissingError
-from fastmt.translate import DecodeSettings, SharedInt8Copy, TranslationStats, Translator
+from fastmt.translate import (DecodeSettings, SharedInt8Copy, TranslationStats, Translator, local_mesh,
+                              transposed_output_layout)
 
 _SETTING_NAMES = {f.name for f in dataclasses.fields(DecodeSettings)} - {'algorithm', 'interleaving', 'hrt_symbols',
                                                                        'draft_mask_id', 'draft_model_config'}
+
+
+# Translators (each with its compiled programs) a TranslationModel keeps for the settings it was asked for: the
+# most recently used. Enough for every method of a bench or a notebook; a server that sends other settings with
+# every request recompiles the oldest instead of growing without end.
+MAX_TRANSLATORS = 16
 
 
 class TranslationModel:
@@ -36,7 +46,9 @@ class TranslationModel:
 
   Attributes: config (ModelConfig), params, tokenizer, objective, step (the checkpoint's), workdir, dtype (what it
   decodes in: a fastmt.precision.DTYPES value).
-  One compiled decoder is kept per (algorithm settings, batch shape), so repeated calls do not recompile.
+  One compiled decoder is kept per (algorithm settings, batch shape), so repeated calls do not recompile, for
+  the MAX_TRANSLATORS settings used last (settings the algorithm ignores, such as greedy's alpha, count as the
+  defaults). A model may be shared by threads.
   `params` gives the weights' tree as a copy (editing it in place changes nothing here); assigning
   `model.params = new` (the same tree and shapes) makes every algorithm decode with the new weights: each
   compiled decoder held a copy of its own, so an edit once reached only the algorithms not used yet.
@@ -55,6 +67,7 @@ class TranslationModel:
     self._drafter_dtype = dtype  # a drafter loads as asked (a float drafter is not quantized for this model)
     self.objective_options = dict(objective_options or {})
     self._draft_models = {}
+    self._lock = threading.Lock()
     self._use_params(params)
 
   def _use_params(self, params) -> None:
@@ -62,7 +75,8 @@ class TranslationModel:
     self._params = params
     # Packed once for every Translator of this model (the Translator packs nothing more).
     self._translator_params = few_rows.with_layout(params) if self.float32_kernel else params
-    self._translators = {}
+    self._output_layout = None  # the tied projection laid out for multi-position calls: one for every Translator
+    self._translators = collections.OrderedDict()  # the most recently used last; at most MAX_TRANSLATORS
     self._clusters = {}  # loaded against the weights' fingerprint
     self._int8_copy = SharedInt8Copy(self.config, params)  # --drafter int8's, made once
 
@@ -99,18 +113,32 @@ class TranslationModel:
     return self._translator(decode_settings, clusters, draft_model)
 
   def _translator(self, decode_settings: DecodeSettings, clusters, draft_model) -> Translator:
-    draft_model = self._load_draft_model(draft_model)
-    key = (decode_settings, clusters, draft_model)  # the key holds the drafter: its identity stays unique
-    if key not in self._translators:
+    # Settings the algorithm ignores (greedy's alpha) are left out of the key: they would compile the same
+    # program again and keep it, once per value a caller sends.
+    decode_settings = registry.without_ignored_settings(decode_settings)
+    with self._lock:  # two threads asking for one new translator build it once
+      draft_model = self._load_draft_model(draft_model)
+      key = (decode_settings, clusters, draft_model)  # the key holds the drafter: its identity stays unique
+      if key in self._translators:
+        self._translators.move_to_end(key)
+        return self._translators[key]
       from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
       draft_table = decode_lib.draft_table_for(self.workdir, decode_settings)
-      self._translators[key] = Translator(self.config, self._translator_params, self.tokenizer, decode_settings,
-                                          self._load_clusters(clusters), draft_table, self.objective,
-                                          objective_options=self.objective_options, draft_model=draft_model,
-                                          checkpoint_step=self.step,
-                                          int8_copy=self._int8_copy.for_settings(decode_settings),
-                                          float32_kernel=self.float32_kernel)
-    return self._translators[key]
+      clusters_array = self._load_clusters(clusters)
+      if clusters_array is None and self._output_layout is None:  # on the devices once: each Translator's
+        # device_put of it is then a no-op, not a copy (7.8 MiB for the quickstart's, 64 MiB for 32k x 512)
+        self._output_layout = jax.device_put(transposed_output_layout(self._params),
+                                             NamedSharding(local_mesh(), PartitionSpec()))
+      translator = Translator(self.config, self._translator_params, self.tokenizer, decode_settings,
+                              clusters_array, draft_table, self.objective,
+                              objective_options=self.objective_options, draft_model=draft_model,
+                              checkpoint_step=self.step, int8_copy=self._int8_copy.for_settings(decode_settings),
+                              float32_kernel=self.float32_kernel,
+                              transposed_output=True if clusters_array is not None else self._output_layout)
+      self._translators[key] = translator
+      while len(self._translators) > MAX_TRANSLATORS:  # a server sending a new alpha with every request
+        self._translators.popitem(last=False)  # its compiled programs go with it (unless a caller holds it)
+      return translator
 
   def choose_width(self, batch_size: int = 32, calibration=None, clusters: str | None = None, draft_model=None,
                    **settings) -> int:

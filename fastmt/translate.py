@@ -25,6 +25,7 @@ import heapq
 import itertools
 import logging
 import math
+import threading
 import time
 from typing import Iterable, Iterator
 
@@ -345,7 +346,8 @@ class Translator:
   transposed_output: (default) calls over several positions or rows project to the vocabulary with the tied
     embedding transposed once (E^T laid out as [E, V], one more copy of the embedding in memory) instead of
     reading E through a transpose at every step; the same logits (make_step_fn; benchmarks/cpu_variants.py
-    measures what it saves). Ignored with clusters.
+    measures what it saves). Ignored with clusters. Or that layout itself, transposed_output_layout(params),
+    made once for several translators of the same weights (TranslationModel's).
   draft_model: --algorithm spec --drafter model: the separate drafter, any object with config, params,
     tokenizer and objective (a fastmt.TranslationModel of a selfdraft model with this model's vocabulary).
   compiler_options: XLA options for compiling the decoder, e.g. {'xla_cpu_experimental_ynn_fusion_type':
@@ -367,13 +369,16 @@ class Translator:
 
   def __init__(self, config: ModelConfig, params, tokenizer: Tokenizer, settings=DecodeSettings(),
                clusters=None, draft_table=None, objective: str = 'at', mesh=None, objective_options=None,
-               transposed_output: bool = True, compiler_options: dict | None = None, draft_model=None,
+               transposed_output=True, compiler_options: dict | None = None, draft_model=None,
                checkpoint_step: int | None = None, int8_copy=None, float32_kernel: bool = False):
     if float32_kernel and (config.quantization or config.dtype != 'float32'):
       raise FastmtError(f'float32_kernel runs a float32 model\'s products; this one decodes in {config.dtype}'
                         f'{" with " + config.quantization + " weights" if config.quantization else ""}')
     if tokenizer.vocab_size != config.vocab_size:
       raise FastmtError(f'tokenizer has {tokenizer.vocab_size} pieces but the model {config.vocab_size}')
+    if settings.beam_size > config.vocab_size:  # top_k over beam x vocabulary scores: an overflow, or gigabytes
+      raise FastmtError(f'beam_size {settings.beam_size} is larger than the vocabulary ({config.vocab_size} pieces): '
+                        'a beam holds distinct continuations, at most one per piece')
     if clusters is not None and clusters.vocab_size != config.vocab_size:
       raise FastmtError(f'clusters were built for a {clusters.vocab_size}-token vocabulary, the model has '
                         f'{config.vocab_size}')
@@ -443,8 +448,17 @@ class Translator:
     self.draft_table = None if draft_table is None else jax.device_put(jnp.asarray(draft_table, jnp.int32),
                                                                        replicated)
     self.output_projection = None
-    if transposed_output and clusters is None:
-      self.output_projection = jax.device_put(transposed_output_layout(params), replicated)
+    if clusters is None and not (isinstance(transposed_output, bool) and not transposed_output):
+      # True: laid out here; a layout made once by the caller (transposed_output_layout(params); a
+      # TranslationModel's for all its translators) is used as it is: one copy, not one per translator.
+      layout = transposed_output_layout(params) if isinstance(transposed_output, bool) else transposed_output
+      embedding = params['embed']['embedding']
+      laid_out = layout['values'] if isinstance(layout, dict) else layout
+      if np.shape(laid_out) != tuple(reversed(np.shape(embedding))) or \
+          isinstance(layout, dict) != ('scale' in params['embed']):
+        raise FastmtError(f'transposed_output: a layout of shape {np.shape(laid_out)} for an embedding of shape '
+                          f'{np.shape(embedding)}: give transposed_output_layout(params) of these parameters')
+      self.output_projection = jax.device_put(layout, replicated)
     self.drafter = None
     if uses_draft_model:  # the drafter projects W positions per row (its causal slot, W - 1 masks): E^T's case
       drafter_params = draft_model.params
@@ -458,6 +472,7 @@ class Translator:
     self.recent_size = settings.ngram_memory if registry.get(settings.algorithm).uses_recent_outputs(settings) else 0
     self._decode = jax.jit(functools.partial(decode_source_batch, config=config, settings=settings))
     self._compiled = {}  # (rows, bucket) -> compiled executable
+    self._compile_lock = threading.Lock()  # threads sharing a translator compile each new shape once
     self.compiler_options = dict(compiler_options or {})
     self.buckets = source_buckets(config.max_length)
 
@@ -523,7 +538,11 @@ class Translator:
   def _executable(self, rows: int, bucket: int, stats: TranslationStats | None):
     """The compiled decoder of one (rows, bucket) shape, compiled ahead of time so its cost is counted."""
     key = (rows, bucket)
-    if key not in self._compiled:
+    if key in self._compiled:
+      return self._compiled[key]
+    with self._compile_lock:
+      if key in self._compiled:  # another thread compiled it while this one waited
+        return self._compiled[key]
       start = time.perf_counter()
       spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self.rows_sharding)
       recent = None

@@ -13,6 +13,7 @@ import fastmt
 from conftest import DATA, REPO
 from fastmt import decode_lib
 from fastmt.errors import FastmtError
+from fastmt.translate import Translator
 
 SENTENCES = [line.rstrip('\n') for line in open(DATA / 'genesis.en', encoding='utf-8')][:12]
 
@@ -54,6 +55,50 @@ def test_new_weights_reach_every_algorithm_and_an_edited_copy_none(trained_workd
   assert after != before and ids('pgj') == after  # every algorithm, the used ones too, decodes the new weights
   with pytest.raises(FastmtError, match='the same tree of the same shapes'):
     model.params = {'embed': edited['embed']}
+
+
+def test_a_model_keeps_a_bounded_set_of_translators_sharing_one_output_layout(trained_workdir, monkeypatch):
+  """A server sending its own settings with each request: greedy's alpha (ignored, warned of) compiled and kept
+  one more translator per value, and every new setting kept one forever, each with its own copy of the
+  transposed embedding (7.8 MiB here)."""
+  monkeypatch.setattr(fastmt.api, 'MAX_TRANSLATORS', 3)
+  model = fastmt.load(trained_workdir)
+  greedy = model.translator('greedy')
+  with pytest.warns(UserWarning, match='alpha has no effect'):
+    assert model.translator('greedy', alpha=0.1) is greedy
+  with pytest.warns(UserWarning, match='block_size has no effect'):
+    assert model.translator('beam', beam_size=2, block_size=5) is model.translator('beam', beam_size=2)
+  assert model.translator('beam', beam_size=2, alpha=0.1) is not model.translator('beam', beam_size=2)
+  ratios = [model.translator('greedy', output_length_ratio=1.5 + i / 10) for i in range(4)]
+  assert len(model._translators) == 3  # pylint: disable=protected-access
+  assert model.translator('greedy', output_length_ratio=1.8) is ratios[-1]  # the most recent are kept
+  assert model.translator('greedy') is not greedy  # the least recently used went (and is built again)
+  layouts = {t.output_projection.unsafe_buffer_pointer() for t in ratios + [greedy]}
+  assert len(layouts) == 1  # one copy on the device for all of them
+  assert ratios[0].translate(SENTENCES[:2])[0] == greedy.translate(SENTENCES[:2])[0]
+  with pytest.raises(FastmtError, match='transposed_output: a layout of shape'):
+    Translator(model.config, model.params, model.tokenizer, transposed_output=np.zeros((3, 4), np.float32))
+
+
+def test_threads_sharing_a_model_compile_each_shape_once(trained_workdir):
+  """Two threads meeting a new shape at once both compiled it (the check and the compile were not one step)."""
+  import concurrent.futures  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  model = fastmt.load(trained_workdir)
+  translator = model.translator('pgj', block_size=3)
+  lowered, decode = [], translator._decode  # pylint: disable=protected-access
+
+  class SlowToLower:  # widens the window in which a second thread could start the same compile
+    def lower(self, *args):
+      lowered.append(args[1].shape)
+      time.sleep(0.5)
+      return decode.lower(*args)
+  translator._decode = SlowToLower()  # pylint: disable=protected-access
+  lines = [SENTENCES[0]] * 2
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    outputs = list(pool.map(lambda _: translator.translate(lines, batch_size=2)[0], range(2)))
+  assert outputs == [model.translate(lines)] * 2
+  assert len(lowered) == len(set(lowered)) == 1, lowered
 
 
 def test_translate_iter_translates_a_generator_line_by_line_as_lines_arrive(trained_workdir):
@@ -182,6 +227,9 @@ def test_bad_lines_and_settings_are_fastmt_errors_and_translate_reports_its_coun
     model.translate_iter('God')
   with pytest.raises(FastmtError, match='not one string'):  # translated 3 one-character sentences
     model.translator('greedy').translate('God')
+  for beam_size in (model.config.vocab_size + 1, 10**6):  # 10**6: top_k's int32 overflow; 10**5: 26 GB asked
+    with pytest.raises(FastmtError, match=f'beam_size {beam_size} is larger than the vocabulary'):
+      model.translate(SENTENCES[:1], algorithm='beam', beam_size=beam_size)
   for draft_model in (3, b'runs/x'):  # an AttributeError from the drafter's checks
     with pytest.raises(FastmtError, match='draft_model must be a TranslationModel or its work directory'):
       model.translate(SENTENCES[:1], algorithm='spec', drafter='model', draft_model=draft_model)

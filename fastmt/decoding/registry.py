@@ -306,6 +306,17 @@ def ignored_settings(settings, names, flag_prefix: str = '') -> list[str]:
   return messages
 
 
+def without_ignored_settings(settings):
+  """The same DecodeSettings with every setting its algorithm ignores (ignored_settings' cases) at its default:
+  what decodes identically compiles and is kept once (TranslationModel's translators are keyed on this)."""
+  defaults = {f.name: f.default for f in dataclasses.fields(settings)}
+  reset = {name: defaults[name] for name, algorithms in SETTING_ALGORITHMS.items()
+           if settings.algorithm not in algorithms and getattr(settings, name) != defaults[name]}
+  if settings.algorithm in _GREEDY_AT_BEAM_1 and settings.beam_size == 1 and settings.alpha != defaults['alpha']:
+    reset['alpha'] = defaults['alpha']
+  return dataclasses.replace(settings, **reset) if reset else settings
+
+
 # The algorithm that validation BLEU and a plain decode use for each objective's models.
 DEFAULT_ALGORITHM = {'at': 'greedy', 'interleaved': 'ib', 'hrt': 'hrt', 'selfdraft': 'greedy'}
 
