@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 import _thread
 
 from absl import app, flags
@@ -91,8 +92,10 @@ def exit_on_user_error(main):
     except FastmtError as e:
       sys.exit(f'{tool_name()}: error: {e}')
     except KeyboardInterrupt:  # Ctrl-C: a person's choice, not a bug (the output files are left as they were)
-      print(f'{tool_name()}: interrupted', file=sys.stderr)
-      sys.exit(128 + signal.SIGINT)
+      exit_interrupted()
+    except _SignalExit:  # SIGTERM, SIGHUP: their status, nothing printed
+      _quiet_from_now_on()
+      raise
     except BrokenPipeError:
       # The reader went away (`decode.py ... | head -1`): stop quietly, as a tool killed by SIGPIPE does.
       # stdout is pointed at /dev/null so that the interpreter's last flush raises nothing more.
@@ -103,6 +106,21 @@ def exit_on_user_error(main):
         raise
       sys.exit(f'{tool_name()}: error: {e}')
   return wrapped
+
+
+def _quiet_from_now_on() -> None:
+  """After Ctrl-C or a termination signal (the cleanups have run), the work it cut short (orbax's reads, an
+  event loop being made) reports itself as the interpreter exits: 'Exception ignored' tracebacks, 'coroutine
+  ... was never awaited'. That is no news to whoever stopped the tool, so it is not printed."""
+  sys.unraisablehook = lambda unraisable: None
+  warnings.simplefilter('ignore')
+
+
+def exit_interrupted() -> None:
+  """Ends the tool after Ctrl-C: one line, status 130."""
+  print(f'{tool_name()}: interrupted', file=sys.stderr)
+  _quiet_from_now_on()
+  sys.exit(128 + signal.SIGINT)
 
 
 class _SignalExit(SystemExit):
@@ -186,14 +204,24 @@ def run(main, define_flags=None, required=()):
     # absl's --help prints the __main__ module's docstring as the tool's usage; a console script's __main__ is
     # pip's generated wrapper, which has none, so the tool's own module lends its docstring.
     main_module.__doc__ = sys.modules[main.__module__].__doc__
-  if define_flags is not None:
-    before = set(flags.FLAGS)
-    define_flags()
-    # --help lists the main module's flags; a console script's main module is its wrapper file, so the
-    # tool's flags are declared key flags of that file (absl names the main module by sys.argv[0]).
-    for name in set(flags.FLAGS) - before:
-      flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
-  for name in required:
-    flags.mark_flag_as_required(name)
+  if sys.stderr is None:  # started with `2>&-`: print(file=None) would put reports and progress on stdout
+    sys.stderr = open(os.devnull, 'w', encoding='utf-8')  # pylint: disable=consider-using-with
+  # First: defining the flags imports JAX, and a Ctrl-C met inside its garbage-collector callback was dropped
+  # there ('Exception ignored'), the tool then running to the end and exiting 0.
   exit_cleanly_on_termination()
+  try:
+    if define_flags is not None:
+      before = set(flags.FLAGS)
+      define_flags()
+      # --help lists the main module's flags; a console script's main module is its wrapper file, so the
+      # tool's flags are declared key flags of that file (absl names the main module by sys.argv[0]).
+      for name in set(flags.FLAGS) - before:
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
+    for name in required:
+      flags.mark_flag_as_required(name)
+  except KeyboardInterrupt:
+    exit_interrupted()
+  except _SignalExit:
+    _quiet_from_now_on()
+    raise
   app.run(exit_on_user_error(main), flags_parser=parse_flags_or_exit)

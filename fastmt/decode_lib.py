@@ -150,6 +150,10 @@ def check_paths(input_path: str, output_path: str, reference_path: str | None = 
     inputs = count_lines(input_path)
   if input_path == '-' and reference_path == '-':
     raise FastmtError('--input and --reference both read stdin (-): give the reference as a file')
+  if sys.stdin is None and '-' in (input_path, reference_path):  # started with `<&-`
+    raise FastmtError('stdin is closed: give the input (and reference) as files')
+  if sys.stdout is None and '-' in (output_path, metrics_path):  # `>&-`
+    raise FastmtError('stdout is closed: give --output (and --metrics_json) as files')
   if metrics_path == '-' and output_path == '-':
     raise FastmtError('--metrics_json and --output both write to stdout (-): give one of them a file')
   readers = [(input_path, 'input file', sys.stdin)]
@@ -212,8 +216,17 @@ def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
                          REPLACED_LINES_LOGGED else '')
       yield text.rstrip('\r')
   finally:
-    if stream is not sys.stdin.buffer:
+    if path != '-':
       stream.close()
+
+
+def utf8_stdout():
+  """sys.stdout writing UTF-8, as --output FILE does, whatever PYTHONIOENCODING or the locale say (a
+  translation with an umlaut was a UnicodeEncodeError under PYTHONIOENCODING=ascii)."""
+  if (sys.stdout.encoding or '').lower().replace('-', '') != 'utf8' and hasattr(sys.stdout, 'reconfigure'):
+    sys.stdout.flush()
+    sys.stdout.reconfigure(encoding='utf-8')
+  return sys.stdout
 
 
 def read_input(path: str, errors: str, counts: InputCounts | None = None) -> list[str]:
@@ -577,7 +590,7 @@ def replaced_on_success(path: str):
   open(path, 'w') would be; if the final rename fails, the finished translation is kept in the temporary file,
   which the error names."""
   if path == '-':
-    yield sys.stdout
+    yield utf8_stdout()
     return
   if os.path.exists(path) and not os.path.isfile(path):
     with open(path, 'w', encoding='utf-8') as f:
@@ -616,7 +629,7 @@ def replaced_on_success(path: str):
 
 def write_lines(path: str, lines) -> None:
   if path == '-':
-    sys.stdout.writelines(one_line(line) + '\n' for line in lines)
+    utf8_stdout().writelines(one_line(line) + '\n' for line in lines)
     return
   with open(path, 'w', encoding='utf-8') as f:
     f.writelines(one_line(line) + '\n' for line in lines)

@@ -125,6 +125,34 @@ def test_a_signal_that_lands_in_a_garbage_collector_callback_still_ends_the_tool
   assert 'went on' not in result.stdout and 'Exception ignored' not in result.stderr, result.stderr
 
 
+def test_a_ctrl_c_while_the_flags_are_defined_ends_the_tool_and_its_aftermath_is_not_printed():
+  """cli.run installed its handlers after defining the flags, which imports JAX: a Ctrl-C landing in JAX's gc
+  callback then was dropped and decode.py translated the whole file and exited 0. And the work an interrupt
+  cut short (orbax's reads) printed 'Exception ignored' tracebacks and 'never awaited' warnings at exit."""
+  script = ('import gc, os, signal, sys, time\n'
+            'from fastmt import cli\n'
+            'signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a test may inherit none)\n'
+            'sys.argv = ["tool"]\n'
+            'def define_flags():\n'
+            '  def callback(phase, info):\n'
+            '    gc.callbacks.remove(callback)\n'
+            '    os.kill(os.getpid(), signal.SIGINT)\n'
+            '    sum(range(1000))  # the handler runs here, inside the callback\n'
+            '  gc.callbacks.append(callback)\n'
+            '  gc.collect()\n'
+            '  time.sleep(5)  # importing JAX: the dropped interrupt is delivered again meanwhile\n'
+            'class CutShort:\n'
+            '  def __del__(self):\n'
+            '    raise RuntimeError("Event loop is closed")\n'
+            'def main(argv):\n'
+            '  print("went on to the end")\n'
+            'left = CutShort()  # collected at exit, after the interrupt\n'
+            'cli.run(main, define_flags)\n')
+  result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, cwd=REPO, timeout=60)
+  assert result.returncode == 128 + signal.SIGINT, result.stderr
+  assert 'went on' not in result.stdout and result.stderr == 'tool: interrupted\n', result.stderr
+
+
 def test_bench_refuses_counts_that_would_fail_after_the_work_before_loading_anything(tmp_path):
   commands = {'--repeats=0': '--repeats must be >= 1', '--limit=-3': '--limit must be >= 0',
               '--methods=greedy:4': 'greedy takes at most 0 numbers',

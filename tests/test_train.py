@@ -391,6 +391,27 @@ def test_a_failed_restores_stray_event_loop_reports_are_dropped_and_every_other_
   assert ours() == ['something else']
   Stray('Event loop is closed')  # outside a failed restore: not ours to drop
   assert ours() == ['something else', 'Event loop is closed']
+  # orbax's unfinished read coroutines report their own failure when collected, as late as the exit (22,000
+  # lines after an interrupted decode.py): dropped for the rest of the process, and nothing else is
+  Stray('Encountered error while reading array index: (slice(0, 4, 1),). See full TensorStore details: ...')
+  Stray('something else again')
+  assert [m[:20] for m in seen if m.startswith(('Encountered', 'something else again'))] == ['something else again']
+
+
+def test_an_interrupt_inside_a_checkpoint_read_is_an_interrupt_not_a_damaged_step(trained_workdir, monkeypatch):
+  """Ctrl-C while orbax reads reached decode.py as 'cannot be read (...); is it damaged?': orbax wraps what
+  its reads raised in its own Exception."""
+  def interrupted_read(directory, step):
+    try:
+      raise KeyboardInterrupt
+    except KeyboardInterrupt as e:
+      raise Exception('Encountered error while reading array index: ()') from e  # pylint: disable=broad-except
+  monkeypatch.setattr(workdir_lib, '_restore_on_this_device', interrupted_read)
+  with pytest.raises(KeyboardInterrupt):
+    workdir_lib.restore_params(trained_workdir)
+  monkeypatch.setattr(workdir_lib, '_restore_on_this_device', lambda *_: (_ for _ in ()).throw(OSError('bad')))
+  with pytest.raises(FastmtError, match='cannot be read .*damaged'):
+    workdir_lib.restore_params(trained_workdir)
 
 
 def test_checkpoint_errors_are_one_clean_line():

@@ -20,8 +20,9 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import DATA, REPO
 from fastmt import decode_lib, translate, workdir as workdir_lib
+from fastmt.data import corpus
 from fastmt.decoding.step import EOS_ID
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
@@ -169,6 +170,33 @@ def test_bad_decode_settings_are_clear_errors():
     with pytest.raises(ValueError, match=message):
       DecodeSettings(**settings)
   assert DecodeSettings('beam', beam_size=np.int64(2), alpha=0).beam_size == 2  # numpy integers are whole numbers
+
+
+def test_decode_py_with_closed_standard_streams_and_an_ascii_stdout_encoding(trained_workdir, tmp_path):
+  """decode.py started by a program that closed a stream it does not use, or with PYTHONIOENCODING=ascii: a
+  traceback (stdin closed in a file-to-file run, stdout closed), the report on stdout (stderr closed), a
+  UnicodeEncodeError (stdout ascii). stdout carries translations only, in UTF-8 as --output FILE does."""
+  source = tmp_path / 'in.txt'
+  source.write_text(''.join(line + '\n' for line in corpus.read_lines(str(DATA / 'genesis.en'))[:6]), encoding='utf-8')
+  decode = f'{sys.executable} {REPO / "decode.py"} --workdir {trained_workdir} --noprogress'
+  run = lambda command, **env: subprocess.run(['bash', '-c', command], capture_output=True, cwd=REPO,
+                                             env={**os.environ, **env})
+  to_file = run(f'{decode} --input {source} --output {tmp_path / "out.txt"} <&- 2>&-')
+  assert to_file.returncode == 0 and to_file.stdout == b'', to_file.stdout
+  expected = (tmp_path / 'out.txt').read_bytes()
+  assert expected.count(b'\n') == 6
+  to_stdout = run(f'{decode} < {source} 2>&-', PYTHONIOENCODING='ascii')
+  assert to_stdout.returncode == 0 and to_stdout.stdout == expected  # no report lines, the same bytes
+  # the tiny model's outputs may be plain ASCII: what stdout does with German, through decode.py's own writer
+  script = tmp_path / 'write.py'
+  script.write_text("from fastmt import decode_lib\nwith decode_lib.replaced_on_success('-') as f:\n"
+                    "  f.write('Grüße\\n')\n", encoding='utf-8')
+  written = run(f'{sys.executable} {script}', PYTHONIOENCODING='ascii')
+  assert written.returncode == 0 and written.stdout == 'Grüße\n'.encode('utf-8'), written.stderr
+  for command, message in ((f'{decode} <&-', b'stdin is closed'), (f'{decode} < {source} >&-', b'stdout is closed')):
+    refused = run(command)
+    assert refused.returncode == 1 and message in refused.stderr and b'Traceback' not in refused.stderr, \
+        refused.stderr
 
 
 def test_decode_cli_end_to_end(trained_workdir, tmp_path):
