@@ -8,6 +8,7 @@ first lines appear before the last are read. Scoring is automatic with a referen
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import io
 import json
@@ -589,6 +590,23 @@ def replaced_on_success(path: str):
   links: the new file is another inode). An existing file we may not write is an error before any work, as
   open(path, 'w') would be; if the final rename fails, the finished translation is kept in the temporary file,
   which the error names."""
+  with _write_errors_named(path):
+    yield from _replaced_on_success(path)
+
+
+@contextlib.contextmanager
+def _write_errors_named(path: str):
+  """A full disk or quota while writing `path`: an error naming it ('[Errno 28] No space left on device'
+  said nothing of which output)."""
+  try:
+    yield
+  except OSError as e:
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or e.filename:
+      raise
+    raise FastmtError(f'writing {"stdout" if path == "-" else repr(path)}: {e.strerror or e}') from e
+
+
+def _replaced_on_success(path: str):
   if path == '-':
     yield utf8_stdout()
     return

@@ -943,6 +943,18 @@ def test_ddgviz_refuses_what_it_cannot_draw_before_the_model_loads(tmp_path):
     assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr
 
 
+@pytest.mark.skipif(not os.path.exists('/dev/full'), reason='Linux: /dev/full is a device that is always full')
+def test_a_full_disk_names_the_output_it_was_writing(tmp_path):
+  """'decode.py: error: [Errno 28] No space left on device' said nothing of which output."""
+  with pytest.raises(FastmtError, match="writing '/dev/full': No space left on device"):
+    with decode_lib.replaced_on_success('/dev/full') as out:
+      out.write('Am Anfang\n' * 100000)
+  with pytest.raises(FastmtError, match='the input file is bad'):  # other errors pass through as they are
+    with decode_lib.replaced_on_success(str(tmp_path / 'out.txt')):
+      raise FastmtError('the input file is bad')
+  assert os.listdir(tmp_path) == []  # and the temporary file went with it
+
+
 def test_translate_file_counts_replaced_utf8_reads_streams_and_leaves_the_output_until_it_writes(model_parts,
                                                                                                 tmp_path, caplog):
   from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
