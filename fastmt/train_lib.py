@@ -451,6 +451,12 @@ def _record_batch_plan(workdir: str, batches) -> None:
     os.replace(path + '.tmp', path)
 
 
+# What shapes the steps still to train (their learning rates, their updates): changed on a resume, the run is
+# a hybrid of two settings.
+RESUME_SCHEDULE_KEYS = ('num_train_steps', 'learning_rate', 'warmup_steps', 'cooldown_fraction', 'weight_decay',
+                        'grad_clip_norm', 'label_smoothing')
+
+
 def _warn_of_a_changed_corpus(workdir: str, config) -> None:
   """A resumed run keeps its vocabulary (spm.model) whatever the config says now: warn when the dataset or the
   vocabulary size differs from the recorded config.json, which this run then overwrites (text in characters
@@ -476,6 +482,14 @@ def _warn_of_a_changed_corpus(workdir: str, config) -> None:
                    'vocabulary (%s) and its steps so far (text in characters the vocabulary lacks trains as '
                    '<unk>; a new --workdir with init_from starts afresh)',
                    workdir, ', '.join(changed), workdir_lib.TOKENIZER_FILE)
+  # A run killed under one budget and resumed under another (a script's STEPS changed between the two) is a
+  # hybrid that the rewritten config.json would not show: said here, with the values before and after.
+  schedule = [f'{k} {recorded[k]!r} -> {current.get(k)!r}' for k in RESUME_SCHEDULE_KEYS
+              if k in recorded and recorded[k] != current.get(k)]
+  if schedule:
+    logger.warning('%s resumes from its checkpoint with %s: its steps so far were trained with the recorded '
+                   'values, the rest train with these (config.json now records only these)', workdir,
+                   ', '.join(schedule))
 
 
 def _restore_newest_readable(manager, state, workdir: str, max_to_keep):

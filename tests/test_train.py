@@ -656,6 +656,15 @@ def test_resuming_with_another_corpus_warns_that_the_vocabulary_stays(trained_wo
   with caplog.at_level('WARNING'):
     train_lib.train_and_evaluate(other, str(workdir))
   assert 'with dataset.train_files, vocab_size changed since its recorded config' in caplog.text
+  assert 'num_train_steps' not in caplog.text
+  # a run resumed under another budget or rate (a script's STEPS changed after a kill): a hybrid, said so
+  longer = other.copy_and_resolve_references()
+  longer.num_train_steps, longer.learning_rate = other.num_train_steps + 2, other.learning_rate / 2
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    train_lib.train_and_evaluate(longer, str(workdir))
+  assert (f'resumes from its checkpoint with num_train_steps {other.num_train_steps} -> {longer.num_train_steps}, '
+          f'learning_rate {other.learning_rate!r} -> {longer.learning_rate!r}') in caplog.text
 
 
 def test_when_no_checkpoint_reads_nothing_is_renamed(trained_workdir, tiny_config, tmp_path):
