@@ -12,8 +12,11 @@
 #   ROWS="at_kd:at:kd at_kd_ft:at:kd:at_kd ib_kd_ft:ib:kd:at_kd" BASELINE=at_kd_ft bash benchmarks/interleaved.sh
 #                                    # IB fine-tuned from AT-KD against AT-KD trained on as long (equal budgets)
 #
-# Resumable: train.py resumes each row from its last checkpoint, distillation from its last chunk, a finished
-# row (its _avg5 directory exists) is skipped. Run directories: RUNS (default runs/interleaved).
+# Resumable: train.py resumes each row from its last checkpoint (the teacher trained here too), distillation
+# from its last chunk, a finished row (its _avg5 directory, made with the same settings) is skipped. A row made
+# with other settings (STEPS, TOKENS, SHAPE, EXTRA, its targets or initial row) is refused, not reused: each
+# records them in row.txt (benchmarks/lib.sh). Run it from the repository root. Run directories: RUNS (default
+# runs/interleaved).
 #
 # Environment: RUNS, TEACHER (a work directory; default: train configs/quickstart.py into RUNS/teacher), STEPS
 # (optimiser steps per row; 0 = the config's own), TOKENS (padded tokens per side per batch; 0 = the config's),
@@ -26,7 +29,8 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 PY=${PY:-python}
 RUNS=${RUNS:-runs/interleaved}
-TEACHER=${TEACHER:-$RUNS/teacher}
+OWN_TEACHER=0  # a TEACHER given is used as it is; the default one is trained (or resumed) here
+if [[ -z ${TEACHER:-} ]]; then TEACHER=$RUNS/teacher OWN_TEACHER=1; fi
 STEPS=${STEPS:-0}
 TOKENS=${TOKENS:-0}
 SHAPE=${SHAPE:-quickstart}
@@ -45,7 +49,7 @@ ROWS=${ROWS:-at_kd:at:kd ib_kd:ib:kd sa_kd:sa:kd ib_sa_kd:ib_sa:kd im_kd:im:kd a
 ib_vanilla_mask_raw:ib_vanilla_mask:raw ib_vanilla_positions_raw:ib_vanilla_positions:raw}
 mkdir -p "$RUNS"
 
-if has_stage teacher && [[ ! -d $TEACHER/checkpoints ]]; then
+if has_stage teacher && [[ $OWN_TEACHER == 1 ]]; then  # resumed where a kill left it; a finished run returns at once
   $PY train.py --config configs/quickstart.py --workdir "$TEACHER"
 fi
 
@@ -54,8 +58,12 @@ if has_stage distill; then
 fi
 
 train_row() {  # train_row NAME FACTORISATION TARGETS [FROM]
-  local name=$1 factorisation=$2 targets=$3 from=${4:-} data=() steps=$STEPS
-  if [[ -d $RUNS/${name}_avg5 ]]; then echo "$name: done ($RUNS/${name}_avg5)"; return; fi
+  local name=$1 factorisation=$2 targets=$3 from=${4:-} data=() steps=$STEPS shape=""
+  if [[ $SHAPE != quickstart ]]; then shape=",$SHAPE"; fi
+  if [[ -n $from ]]; then steps=$FT_STEPS; fi
+  local settings="config=configs/interleaved.py:$factorisation$shape targets=$targets kd=$RUNS/kd_en_de"
+  settings+=" from=$from steps=$steps tokens=$TOKENS extra=$EXTRA"
+  if row_done "$RUNS/$name" "$settings"; then return; fi
   case $targets in
     raw) ;;
     kd) data=(--config.dataset.distilled_dir="$RUNS/kd_en_de" --config.dataset.p_raw=0.0) ;;
@@ -64,16 +72,12 @@ train_row() {  # train_row NAME FACTORISATION TARGETS [FROM]
   if [[ -n $from ]]; then
     if [[ ! -d $RUNS/${from}_avg5 ]]; then echo "$name: row $from (its initial model) is not trained" >&2; return 2; fi
     data+=(--config.init_from="$RUNS/$from")
-    steps=$FT_STEPS
   fi
-  local shape=""
-  if [[ $SHAPE != quickstart ]]; then shape=",$SHAPE"; fi
+  claim_row "$RUNS/$name" "$settings"
   # shellcheck disable=SC2046
   $PY train.py --config "configs/interleaved.py:$factorisation$shape" --workdir "$RUNS/$name" "${data[@]}" \
     $(training_flags "$steps")
-  rm -rf "$RUNS/${name}_avg5.tmp"  # an averaging cut short (a killed run) leaves one; the averager refuses it
-  $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
-  mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
+  average_row "$RUNS/$name"
 }
 
 if has_stage students; then
@@ -85,12 +89,12 @@ if has_stage students; then
       pids+=($!)
     else
       # A fine-tuned row waits for the rows trained at once before it (its initial row among them).
-      for pid in "${pids[@]}"; do wait "$pid"; done
+      wait_all ${pids[@]+"${pids[@]}"}
       pids=()
       train_row "$name" "$factorisation" "$targets" "$from"
     fi
   done
-  for pid in "${pids[@]}"; do wait "$pid"; done
+  wait_all ${pids[@]+"${pids[@]}"}
 fi
 
 if has_stage eval; then
@@ -103,6 +107,6 @@ if has_stage eval; then
   # shellcheck disable=SC2086
   $PY -m fastmt.bench --workdir "$RUNS/${BASELINE}_avg5" --split test --methods greedy,beam:4,ib,ib:4 \
     --compare "$(IFS=,; echo "${compare[*]}")" --exactness_at_batch1=false --output_dir "$EVAL_DIR" $BENCH_FLAGS
-  $PY benchmarks/interleaved_table.py --runs "$RUNS" --eval_dir "$EVAL_DIR" --baseline "$BASELINE" \
-    | tee "$EVAL_DIR/interleaved.md"
+  write_table "$EVAL_DIR/interleaved.md" \
+    $PY benchmarks/interleaved_table.py --runs "$RUNS" --eval_dir "$EVAL_DIR" --baseline "$BASELINE"
 fi

@@ -5,10 +5,14 @@
 #
 #   bash benchmarks/royalflush.sh                          # every stage, the configs' own step counts (CPU: days)
 #   TEACHER_STEPS=5000 STUDENT_STEPS=4000 TOKENS=8192 PARALLEL_STUDENTS=1 bash benchmarks/royalflush.sh  # one GPU
-#   STAGES="students eval" bash benchmarks/royalflush.sh     # resume from a stage: train.py and distill resume too
+#   STAGES="students eval" bash benchmarks/royalflush.sh     # from a stage on (after a kill: all stages resume)
 #   PARALLEL_STUDENTS=1 bash benchmarks/royalflush.sh        # students at once (one large GPU; logs in RUNS/NAME.log)
 #
 # Every model is evaluated as the average of its last 5 checkpoints (RUNS/NAME_avg5), the teacher included.
+# Resumable: train.py resumes every model, distill its last chunk; a model averaged with the same settings is
+# skipped, one made with other settings (TEACHER_STEPS, STUDENT_STEPS, TOKENS, EXTRA, its config or targets) is
+# refused, not carried on under the new budget (row.txt, benchmarks/lib.sh). The table (RUNS/eval/table.md) is of
+# the teacher and this run's STUDENTS. Run it from the repository root.
 #
 # Environment: RUNS (work directories, default runs/royalflush), TEACHER_STEPS, STUDENT_STEPS, TOKENS (padded
 # tokens per side per batch; 0 = the configs' own), STUDENTS (names below), EXTRA (more --config overrides for
@@ -29,10 +33,13 @@ STUDENTS=${STUDENTS:-e6d6_raw:e6d6:raw e6d1_raw:e6d1:raw e6d1_kd:e6d1:kd e6d1_mi
 mkdir -p "$RUNS"
 
 if has_stage teacher; then
-  # shellcheck disable=SC2046
-  $PY train.py --config configs/teacher.py --workdir "$RUNS/teacher" $(training_flags "$TEACHER_STEPS" 4)
-  rm -rf "$RUNS/teacher_avg5"
-  $PY -m fastmt.checkpoint_average --workdir "$RUNS/teacher" --last 5 --output "$RUNS/teacher_avg5"
+  settings="config=configs/teacher.py steps=$TEACHER_STEPS tokens=$TOKENS extra=$EXTRA"
+  if ! row_done "$RUNS/teacher" "$settings"; then
+    claim_row "$RUNS/teacher" "$settings"
+    # shellcheck disable=SC2046
+    $PY train.py --config configs/teacher.py --workdir "$RUNS/teacher" $(training_flags "$TEACHER_STEPS" 4)
+    average_row "$RUNS/teacher"
+  fi
 fi
 
 if has_stage distill; then
@@ -42,16 +49,20 @@ fi
 
 train_student() {  # train_student NAME CONFIG TARGETS: train.py, then the average of its last 5 checkpoints
   local name=$1 config=$2 targets=$3 data=()
+  local settings="config=configs/$config.py targets=$targets kd=$RUNS/kd_en_de steps=$STUDENT_STEPS tokens=$TOKENS"
+  settings+=" extra=$EXTRA"
+  if row_done "$RUNS/$name" "$settings"; then return; fi
   case $targets in
     raw) ;;
     kd) data=(--config.dataset.distilled_dir="$RUNS/kd_en_de" --config.dataset.p_raw=0.0) ;;
     mixed) data=(--config.dataset.distilled_dir="$RUNS/kd_en_de" --config.dataset.p_raw=0.5) ;;
     *) echo "unknown targets '$targets' for $name" >&2; return 2 ;;
   esac
+  claim_row "$RUNS/$name" "$settings"
   # shellcheck disable=SC2046
-  $PY train.py --config "configs/$config.py" --workdir "$RUNS/$name" "${data[@]}" $(training_flags "$STUDENT_STEPS" 4)
-  rm -rf "$RUNS/${name}_avg5"
-  $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5"
+  $PY train.py --config "configs/$config.py" --workdir "$RUNS/$name" ${data[@]+"${data[@]}"} \
+    $(training_flags "$STUDENT_STEPS" 4)
+  average_row "$RUNS/$name"
 }
 
 if has_stage students; then
@@ -65,21 +76,22 @@ if has_stage students; then
       train_student "$name" "$config" "$targets"
     fi
   done
-  for pid in "${pids[@]}"; do wait "$pid"; done  # set -e: the first failed student stops the script
+  wait_all ${pids[@]+"${pids[@]}"}  # every student ends; then a failed one stops the script
 fi
 
 if has_stage eval; then
-  for name in teacher $(for spec in $STUDENTS; do echo "${spec%%:*}"; done); do
+  names=(teacher $(for spec in $STUDENTS; do echo "${spec%%:*}"; done))
+  for name in "${names[@]}"; do
     # shellcheck disable=SC2086
     $PY -m fastmt.bench --workdir "$RUNS/${name}_avg5" --split test --methods greedy,beam:4 \
       --exactness_at_batch1=false --nofloor --output_dir "$RUNS/eval/$name" $EVAL_FLAGS
   done
-  $PY - "$RUNS" <<'EOF'
+  write_table "$RUNS/eval/table.md" $PY - "$RUNS" "${names[@]}" <<'EOF'
 import json, os, sys
 runs = sys.argv[1]
 print('| model | greedy BLEU | greedy chrF | beam 4 BLEU | beam 4 chrF | greedy words/s b1 | beam 4 words/s b1 |')
 print('|---|---|---|---|---|---|---|')
-for name in sorted(os.listdir(os.path.join(runs, 'eval'))):
+for name in sys.argv[2:]:  # the teacher and this run's students, not every bench ever written under eval/
   with open(os.path.join(runs, 'eval', name, 'results.json')) as f:
     results = {r['method']: r for r in json.load(f)['results']}
   g, b = results['greedy'], results['beam:4']

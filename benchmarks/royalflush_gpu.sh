@@ -24,18 +24,33 @@ EVAL_BATCH=${EVAL_BATCH:-256}
 X=$RUNS/export
 mkdir -p "$X"
 log() { echo "[$(date +%T)] $*" >> "$X/progress.txt"; }
-pack() { mkdir -p "$X/tmp"; tar -C "$RUNS" -cf - "$1" | split -b 15M - "$X/tmp/$1.tar.part-" && mv "$X/tmp/$1".tar.part-* "$X/"; log "packed $1"; }
+# An export is what this run made or nothing: a failed step's earlier results, or parts of an earlier pack (fewer
+# parts now), would otherwise be copied off as current. Without -e (each step's rc is logged instead).
+pack() {
+  rm -f "$X/tmp/$1".tar.part-* "$X/$1".tar.part-*
+  mkdir -p "$X/tmp"; tar -C "$RUNS" -cf - "$1" | split -b 15M - "$X/tmp/$1.tar.part-" && mv "$X/tmp/$1".tar.part-* "$X/"
+  log "packed $1 rc $?"
+}
+export_or_remove() {  # export_or_remove RC FROM TO: FROM copied to TO when RC is 0, else TO removed
+  if [[ $1 == 0 ]]; then cp "$2" "$3"; else rm -f "$3"; fi
+}
 bleu() {  # bleu NAME: test BLEU/chrF of greedy and beam 4 at a large batch (speed timed elsewhere)
   $PY -m fastmt.bench --workdir "$RUNS/$1_avg5" --split test --methods greedy,beam:4 --batch_size "$EVAL_BATCH" \
     --speed_sentences 1 --large_batch_sentences 256 --repeats 1 --exactness_at_batch1=false --nofloor \
     --output_dir "$RUNS/eval/$1" > "$RUNS/eval_$1.log" 2>&1
-  local rc=$?; cp "$RUNS/eval/$1/results.json" "$X/$1.results.json" 2>/dev/null; log "bleu $1 rc $rc"
+  local rc=$?; export_or_remove $rc "$RUNS/eval/$1/results.json" "$X/$1.results.json"; log "bleu $1 rc $rc"
 }
 log start
 # FIRST_STAGES=none skips to the students (an existing teacher and distillation).
-STAGES=${FIRST_STAGES-"teacher distill"} bash benchmarks/royalflush.sh > "$RUNS/teacher_distill.log" 2>&1; log "teacher+distill rc $?"
+STAGES=${FIRST_STAGES-"teacher distill"} bash benchmarks/royalflush.sh > "$RUNS/teacher_distill.log" 2>&1
+rc=$?; log "teacher+distill rc $rc"
 cp "$RUNS/teacher/train_history.jsonl" "$X/teacher.history.jsonl"
-gzip -c "$RUNS/kd_en_de/distilled.txt" > "$X/distilled.txt.gz"; cp "$RUNS/kd_en_de/manifest.json" "$X/kd_manifest.json"
+if [[ $rc == 0 ]]; then  # a distillation cut short is not exported as the distilled data
+  gzip -c "$RUNS/kd_en_de/distilled.txt" > "$X/distilled.txt.gz"
+  cp "$RUNS/kd_en_de/manifest.json" "$X/kd_manifest.json"
+else
+  rm -f "$X/distilled.txt.gz" "$X/kd_manifest.json"
+fi
 bleu teacher &
 for spec in $ALL; do
   name=${spec%%:*}
@@ -50,6 +65,7 @@ for name in e6d6_raw e6d1_kd e12d1_kd teacher; do
   $PY -m fastmt.bench --workdir "$RUNS/${name}_avg5" --split test --methods greedy,beam:4,greedy@bf16 \
     --batch_size "$EVAL_BATCH" --speed_sentences 100 --large_batch_sentences 1007 --repeats 3 \
     --exactness_at_batch1=false --nofloor --output_dir "$RUNS/gpu_speed/$name" > "$RUNS/gpu_speed_$name.log" 2>&1
-  log "gpu speed $name rc $?"; cp "$RUNS/gpu_speed/$name/results.json" "$X/$name.gpu_speed.json"
+  rc=$?; log "gpu speed $name rc $rc"
+  export_or_remove $rc "$RUNS/gpu_speed/$name/results.json" "$X/$name.gpu_speed.json"
 done
 log done

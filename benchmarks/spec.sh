@@ -6,7 +6,7 @@
 #   side in one process at batch 32 and 1 (identical outputs counted, tokens per call, speed-up vs greedy).
 #
 #   AT=runs/quickstart KD=runs/ib/kd_en_de STEPS=800 bash benchmarks/spec.sh   # reuse a teacher's distillation
-#   STAGES=eval bash benchmarks/spec.sh                                          # resume: train.py resumes too
+#   STAGES=eval bash benchmarks/spec.sh                                          # bench the finished drafters again
 #   KD_BEAM=1 KD=runs/spec_self/greedy_en_de RUNS=runs/spec_self bash benchmarks/spec.sh   # self-distillation
 #   KD_BEAM=1 KD=runs/spec_self/greedy_en_de STAGES="distill model" bash benchmarks/spec.sh   # a drafter model
 #
@@ -15,6 +15,11 @@
 # 5 checkpoints, then AT itself (untouched) decoded with DRAFTER_METHODS, its drafts verified: identical to
 # AT's greedy output, the drafter's encoder and calls counted in every timing. Stage `model_train`: the
 # drafter alone (benchmarks/fast_decoders_gpu.sh times it beside the other decoders).
+#
+# Resumable: run again after a kill, every stage goes on (train.py and distill resume; a finished row, its _avg5
+# made with the same settings, is skipped; a row made with other settings (STEPS, KD, KD_BEAM, INIT, TARGETS,
+# SHAPE, AT, ...) is refused, not reused: row.txt, benchmarks/lib.sh). Run it from the repository root.
+# RUNS/training_seconds.txt has a line per pass of train.py: a row resumed after a kill has several, to add.
 #
 # Environment: RUNS (default runs/spec), AT (the model to fine-tune; it is also the baseline), KD (distilled
 # targets; default RUNS/kd_en_de, distilled by AT with beam KD_BEAM if missing: default 4; 1 = AT's own greedy
@@ -58,6 +63,8 @@ case $TARGETS in
 esac
 
 KD_BEAM=${KD_BEAM:-4}
+KD_SETTINGS=""  # what a row records of its distilled targets (none for raw ones)
+if [[ $TARGETS == kd ]]; then KD_SETTINGS=" kd=$KD kd_beam=$KD_BEAM"; fi
 if [[ $TARGETS == kd ]] && has_stage distill && [[ ! -f $KD/manifest.json || $($PY -c "import json; m=json.load(open('$KD/manifest.json')); print(int(m['done'] == m['sources']))") != 1 ]]; then
   $PY -m fastmt.distill --teacher "$AT" --output_dir "$KD" --beam_size "$KD_BEAM" --batch_size 32
 fi
@@ -75,15 +82,16 @@ if has_stage drafters; then
   if [[ $SHAPE != quickstart ]]; then shape=",$SHAPE"; fi
   for width in $WIDTHS; do
     name=selfdraft_w$width
-    if [[ -d $RUNS/${name}_avg5 ]]; then echo "$name: done ($RUNS/${name}_avg5)"; continue; fi
+    settings="config=configs/selfdraft.py:w$width$shape init=$INIT at=$AT targets=$TARGETS$KD_SETTINGS"
+    settings+=" steps=$STEPS tokens=$TOKENS extra=$EXTRA"
+    if row_done "$RUNS/$name" "$settings"; then continue; fi
+    claim_row "$RUNS/$name" "$settings"
     start=$(date +%s)
     # shellcheck disable=SC2046
     $PY train.py --config "configs/selfdraft.py:w$width$shape" --workdir "$RUNS/$name" ${INIT_FLAGS[@]+"${INIT_FLAGS[@]}"} \
       ${TARGET_FLAGS[@]+"${TARGET_FLAGS[@]}"} $(training_flags "$STEPS")
-    echo "$name: $(( $(date +%s) - start )) s of fine-tuning" | tee -a "$RUNS/training_seconds.txt"
-    rm -rf "$RUNS/${name}_avg5.tmp"  # an averaging cut short (a killed run) leaves one; the averager refuses it
-    $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
-    mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
+    echo "$name: $(( $(date +%s) - start )) s of fine-tuning (this pass)" | tee -a "$RUNS/training_seconds.txt"
+    average_row "$RUNS/$name"
   done
 fi
 
@@ -97,16 +105,17 @@ if has_stage eval; then
 fi
 
 name=drafter_w$DRAFTER_W
+settings="config=configs/selfdraft.py:w$DRAFTER_W,drafter targets=$TARGETS$KD_SETTINGS"
+settings+=" steps=$DRAFTER_STEPS tokens=$TOKENS extra=$EXTRA"
 if has_stage model || has_stage model_train; then
-  if [[ ! -d $RUNS/${name}_avg5 ]]; then
+  if ! row_done "$RUNS/$name" "$settings"; then
+    claim_row "$RUNS/$name" "$settings"
     start=$(date +%s)
     # shellcheck disable=SC2046
     $PY train.py --config "configs/selfdraft.py:w$DRAFTER_W,drafter" --workdir "$RUNS/$name" \
       ${TARGET_FLAGS[@]+"${TARGET_FLAGS[@]}"} $(training_flags "$DRAFTER_STEPS")
-    echo "$name: $(( $(date +%s) - start )) s of training" | tee -a "$RUNS/training_seconds.txt"
-    rm -rf "$RUNS/${name}_avg5.tmp"  # an averaging cut short (a killed run) leaves one; the averager refuses it
-    $PY -m fastmt.checkpoint_average --workdir "$RUNS/$name" --last 5 --output "$RUNS/${name}_avg5.tmp"
-    mv "$RUNS/${name}_avg5.tmp" "$RUNS/${name}_avg5"
+    echo "$name: $(( $(date +%s) - start )) s of training (this pass)" | tee -a "$RUNS/training_seconds.txt"
+    average_row "$RUNS/$name"
   fi
 fi
 if has_stage model; then
