@@ -20,6 +20,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax.training import train_state
@@ -159,6 +160,11 @@ def validation_bleu(params, model_config, tokenizer, validation, num_sentences: 
   the Translator's warning about those is not logged here. tokenize: sacreBLEU's tokenizer
   (config.eval_bleu_tokenize).
   """
+  # Each process decodes on its own devices: the training state's replicated arrays span every process's
+  # (--multihost), which device_put onto this process's mesh cannot move ('cross-host device transfers'); the
+  # copy on this process's first device is the whole array.
+  params = jax.tree_util.tree_map(
+      lambda x: x.addressable_data(0) if isinstance(x, jax.Array) and not x.is_fully_addressable else x, params)
   translator = Translator(model_config, params, tokenizer, DecodeSettings(registry.DEFAULT_ALGORITHM[objective]),
                           objective=objective, objective_options=objective_options)
   sources, references = validation.sources[:num_sentences], validation.targets[:num_sentences]
@@ -277,7 +283,7 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
     state, manager = _restore_newest_readable(manager, state, workdir, config.max_checkpoints_to_keep)
     print(f'Resumed from step {int(state.step)} of {workdir}', file=sys.stderr)
   elif config.get('init_from'):
-    state = state.replace(params=jax.device_put(_initial_params(config.init_from, model_config), replicated))
+    state = state.replace(params=replicated_from_host(_initial_params(config.init_from, model_config), replicated))
     print(f'Fine-tuning from {config.init_from}', file=sys.stderr)
   start_step = int(state.step)
   _forget_history_after(workdir, start_step)
@@ -553,6 +559,16 @@ def _check_fine_tunable(init_from: str, init_config: ModelConfig, model_config: 
     diff = {k: (v, getattr(model_config, k)) for k, v in init_config.__dict__.items() if getattr(model_config, k) != v}
     raise FastmtError(f'init_from {init_from} holds another model config; differing fields (there, here): {diff}')
   return adds_directions, adds_relative
+
+
+def replicated_from_host(tree, sharding: NamedSharding):
+  """Arrays this process holds (the same in every process) as global arrays replicated over `sharding`'s
+  devices. With several processes (--multihost) device_put cannot put one process's array on another's
+  devices; each process gives its own devices their copy instead."""
+  if jax.process_count() == 1:
+    return jax.device_put(tree, sharding)
+  return jax.tree_util.tree_map(
+      lambda x: jax.make_array_from_callback(np.shape(x), sharding, lambda index, x=np.asarray(x): x[index]), tree)
 
 
 def _initial_params(init_from: str, model_config: ModelConfig):

@@ -19,13 +19,20 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from fastmt import cli, configs
+from fastmt.errors import FastmtError
 
 FLAGS = flags.FLAGS
 
 
 def define_flags():
   flags.DEFINE_string('workdir', None, 'Directory for checkpoints, tokenizer and logs.')
-  flags.DEFINE_bool('multihost', False, 'Call jax.distributed.initialize() first (TPU pods, multi-GPU hosts).')
+  flags.DEFINE_bool('multihost', False, 'Call jax.distributed.initialize() first (TPU pods, multi-GPU hosts): it '
+                    'finds the processes under SLURM, Open MPI, Kubernetes or Cloud TPU; elsewhere give the three '
+                    'flags below in every process.')
+  flags.DEFINE_string('coordinator_address', None, 'With --multihost: host:port of process 0 (default: found by '
+                      'jax.distributed, or the JAX_COORDINATOR_ADDRESS variable).')
+  flags.DEFINE_integer('num_processes', None, 'With --multihost: how many processes train together.')
+  flags.DEFINE_integer('process_id', None, 'With --multihost: this process\'s index, 0 .. num_processes - 1.')
   config_flags.DEFINE_config_file('config', None, 'ml_collections config file, or the name of a shipped config '
                                   f'({", ".join(configs.names())}).', lock_config=True)
 
@@ -37,8 +44,17 @@ def main(argv):
   # orbax logs every checkpoint write at INFO; keep the console to fastmt's progress and warnings.
   logging.set_verbosity(logging.WARNING)
   std_logging.getLogger().setLevel(std_logging.WARNING)
+  cluster = {'coordinator_address': FLAGS.coordinator_address, 'num_processes': FLAGS.num_processes,
+             'process_id': FLAGS.process_id}
   if FLAGS.multihost:
-    jax.distributed.initialize()
+    try:
+      jax.distributed.initialize(**cluster)
+    except (ValueError, RuntimeError) as e:  # no launcher found, or no coordinator reached
+      raise FastmtError(f'--multihost: jax.distributed.initialize() failed ({cli.one_line_message(e)}); outside '
+                        'SLURM, Open MPI, Kubernetes or a Cloud TPU, start every process with --coordinator_address '
+                        'HOST:PORT --num_processes N --process_id I') from None
+  elif any(value is not None for value in cluster.values()):
+    raise FastmtError(f'--{next(k for k, v in cluster.items() if v is not None)} is for --multihost')
   logging.info('JAX devices: %s', jax.devices())
   train_lib.train_and_evaluate(FLAGS.config, FLAGS.workdir)
 
