@@ -177,8 +177,12 @@ def checkpoint_manager(workdir: str, max_to_keep: int | None = None, best: bool 
   left (STEP.orbax-checkpoint-tmp*); a reader must not, since a training run may be writing one.
   """
   if best:
+    # Its own barrier names: with several processes (--multihost) both managers save the same step at once,
+    # and orbax names a save's barriers by its step ('Barrier _async_write_complete.2 is already ongoing').
     options = ocp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda m: m['valid_bleu'], best_mode='max',
-                                           create=True, cleanup_tmp_directories=training)
+                                           create=True, cleanup_tmp_directories=training,
+                                           multiprocessing_options=ocp.options.MultiprocessingOptions(
+                                               barrier_sync_key_prefix='best'))
     return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, BEST_CHECKPOINT_DIR)), options=options)
   options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=training)
   return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)), options=options)

@@ -54,6 +54,19 @@ def _proto(model_path: str):
   return proto
 
 
+def _write_whole(path: str, data: bytes) -> None:
+  """path holds `data` whole, or what it held before: written through a temporary file of this process's own.
+  The hosts of a multi-host run all write the vocabulary, perhaps into one shared directory, while another may
+  read it (one host read another's half-written copy: 'unk is not defined')."""
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  handle, tmp_path = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + '.')
+  with os.fdopen(handle, 'wb') as f:
+    f.write(data)
+  os.chmod(tmp_path, 0o644)  # mkstemp's 0600 would hide it from a shared directory's other users
+  os.replace(tmp_path, path)
+
+
 def extend_with_reserved(model_path: str, output_path: str) -> list[str]:
   """Writes model_path's vocabulary plus the RESERVED_SYMBOLS it lacks, appended as user-defined pieces.
 
@@ -68,8 +81,7 @@ def extend_with_reserved(model_path: str, output_path: str) -> list[str]:
     piece = proto.pieces.add()
     piece.piece, piece.score = symbol, 0.0
     piece.type = piece.USER_DEFINED
-  with open(output_path, 'wb') as f:
-    f.write(proto.SerializeToString())
+  _write_whole(output_path, proto.SerializeToString())
   return added
 
 
@@ -214,14 +226,7 @@ def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sent
                'SentencePiece skips (a file whose lines end in CR only reads as one line)')
     raise FastmtError(f'cannot train a {vocab_size}-piece vocabulary on {len(texts)} training sentences: '
                       f'{reason} ({hint})') from None
-  directory = os.path.dirname(os.path.abspath(model_path))
-  os.makedirs(directory, exist_ok=True)
-  # A temporary file of its own: the hosts of a multi-host run all train it, perhaps into one shared directory.
-  handle, tmp_path = tempfile.mkstemp(dir=directory, prefix=os.path.basename(model_path) + '.')
-  with os.fdopen(handle, 'wb') as f:
-    f.write(model.getvalue())
-  os.chmod(tmp_path, 0o644)  # mkstemp's 0600 would hide it from a shared directory's other users
-  os.replace(tmp_path, model_path)
+  _write_whole(model_path, model.getvalue())
   logger.info('Trained a %d-piece SentencePiece model on %d sentences -> %s', vocab_size, len(texts),
               model_path)
   return Tokenizer(model_path)
