@@ -434,7 +434,9 @@ def _record_batch_plan(workdir: str, batches) -> None:
   warns first where a resumed run's plan differs from the recorded one: rows per batch are rounded to a
   multiple of the device count, so a run resumed on another number of devices (a GPU run resumed on a CPU, a
   pre-empted job on another slice) draws other batches from its step on than the uninterrupted run would
-  have (the same pairs each epoch, in another grouping), without any other sign."""
+  have, without any other sign: the epoch under way finishes with the new plan's batches of that epoch (some
+  of its pairs then never seen, others twice: 46 of 186 unseen in a simulation of 3 devices then 2); every
+  later epoch sees each pair once, in another grouping."""
   plan = {'devices': jax.device_count(), 'batches_per_epoch': batches.batches_per_epoch,
           'rows_per_batch': {str(length): rows for length, rows in sorted(batches.rows_per_batch.items())}}
   path = os.path.join(workdir, BATCH_PLAN_FILE)
@@ -449,7 +451,8 @@ def _record_batch_plan(workdir: str, batches) -> None:
       logger.warning('This run plans its training batches for %d device(s) (%d batches an epoch), the '
                      'checkpoints were trained with a plan for %s (%s batches an epoch): another device count, '
                      'or another tokens_per_batch or bucket_lengths. From here on the batches differ from an '
-                     'uninterrupted run\'s (%s records the plans)', plan['devices'],
+                     'uninterrupted run\'s, and the epoch under way sees some pairs twice and others not at all '
+                     '(%s records the plans)', plan['devices'],
                      plan['batches_per_epoch'], recorded.get('devices'), recorded.get('batches_per_epoch'), path)
   if jax.process_index() == 0:
     with open(path + '.tmp', 'w', encoding='utf-8') as f:

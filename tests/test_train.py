@@ -206,6 +206,7 @@ def test_a_run_resumed_with_another_batch_plan_says_so(trained_workdir, tiny_con
   with caplog.at_level(logging.WARNING):
     train_lib.train_and_evaluate(tiny_config, workdir)
   assert 'This run plans its training batches for 1 device(s)' in caplog.text and 'a plan for 8' in caplog.text
+  assert 'the epoch under way sees some pairs twice and others not at all' in caplog.text
   with open(plan_path, encoding='utf-8') as f:
     assert json.load(f) == plan  # this run's plan is the record now
 
