@@ -103,7 +103,7 @@ class TranslationModel:
     returns the hypotheses. algorithm None: the model's own (greedy; ib for an interleaved model, hrt for an
     HRT one), as validation during training decodes it."""
     if algorithm is None:
-      algorithm = registry.DEFAULT_ALGORITHM.get(self.objective, 'greedy')
+      algorithm = registry.default_algorithm(self.objective)
     unknown = sorted(set(settings) - _SETTING_NAMES)
     if unknown:
       raise FastmtError(f'Unknown decoding settings {unknown}; known: {sorted(_SETTING_NAMES)}')
@@ -118,7 +118,9 @@ class TranslationModel:
     decode_settings = registry.without_ignored_settings(decode_settings)
     with self._lock:  # two threads asking for one new translator build it once
       draft_model = self._load_draft_model(draft_model)
-      key = (decode_settings, clusters, draft_model)  # the key holds the drafter: its identity stays unique
+      # The key holds the drafter (its identity stays unique) and the algorithm itself: one registered again
+      # under its name (registry.register_algorithm(..., replace=True)) gets a translator of its own.
+      key = (decode_settings, clusters, draft_model, registry.get(decode_settings.algorithm))
       if key in self._translators:
         self._translators.move_to_end(key)
         return self._translators[key]

@@ -449,6 +449,7 @@ def define_flags():
   """The CLI's flags, defined only when it runs as a program: importing this module as a library
   registers nothing, so any set of fastmt modules imports together."""
   flags.DEFINE_string('workdir', None, 'A train.py work directory.')
+  cli.define_plugins_flag()
   cli.define_checkpoint_flag('The checkpoint (of --workdir and every --compare work directory)')
   flags.DEFINE_string('split', 'test', 'Split of the workdir\'s dataset to translate (never 40-43: not in any split).')
   flags.DEFINE_list('methods', None,
@@ -545,6 +546,7 @@ def _check_counts() -> None:
 def main(argv):
   del argv  # cli.run refuses positional arguments
   logging.set_verbosity(logging.WARNING)  # orbax and tfds log every read at INFO
+  cli.import_plugins(FLAGS.plugins)  # before --methods names an algorithm registered there
   _check_counts()
   config = workdir_lib.load_train_config(FLAGS.workdir)
   data = corpus.load_split(config.dataset, FLAGS.split)

@@ -6,6 +6,8 @@ any other exception keeps its traceback, since it is a bug to report, not a user
 
 import errno
 import functools
+import importlib
+import importlib.util
 import os
 import signal
 import sys
@@ -188,6 +190,31 @@ def check_output_directory(path: str, flag: str) -> None:
       pass
   except OSError as e:
     raise FastmtError(f'{flag} {path!r} cannot be written: {e.strerror or e} in {existing!r}') from None
+
+
+def define_plugins_flag() -> None:
+  flags.DEFINE_list('plugins', [], 'Python modules to import first (module names, or paths of .py files), '
+                    'comma-separated: those that register decoding algorithms or training objectives of your own '
+                    '(fastmt.decoding.registry.register_algorithm, fastmt.objectives.register_objective).')
+
+
+def import_plugins(plugins) -> None:
+  """Imports each of --plugins: a module name (on sys.path) or the path of a .py file."""
+  for plugin in plugins:
+    try:
+      if plugin.endswith('.py'):
+        spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(plugin))[0], plugin)
+        if spec is None or not os.path.isfile(plugin):
+          raise FileNotFoundError(f'no file {plugin}')
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+      else:
+        importlib.import_module(plugin)
+    except FastmtError as e:  # its own registration refused (a name taken, ...)
+      raise FastmtError(f'--plugins {plugin}: {e}') from None
+    except Exception as e:  # pylint: disable=broad-except
+      raise FastmtError(f'--plugins {plugin} cannot be imported: {type(e).__name__}: {one_line_message(e)}') from e
 
 
 def define_checkpoint_flag(what: str = 'The checkpoint') -> None:

@@ -165,7 +165,7 @@ def validation_bleu(params, model_config, tokenizer, validation, num_sentences: 
   # copy on this process's first device is the whole array.
   params = jax.tree_util.tree_map(
       lambda x: x.addressable_data(0) if isinstance(x, jax.Array) and not x.is_fully_addressable else x, params)
-  translator = Translator(model_config, params, tokenizer, DecodeSettings(registry.DEFAULT_ALGORITHM[objective]),
+  translator = Translator(model_config, params, tokenizer, DecodeSettings(registry.default_algorithm(objective)),
                           objective=objective, objective_options=objective_options)
   sources, references = validation.sources[:num_sentences], validation.targets[:num_sentences]
   # The per-call warnings came at every evaluation without naming the split (an undertrained model repeats

@@ -33,6 +33,7 @@ def define_flags():
                       'jax.distributed, or the JAX_COORDINATOR_ADDRESS variable).')
   flags.DEFINE_integer('num_processes', None, 'With --multihost: how many processes train together.')
   flags.DEFINE_integer('process_id', None, 'With --multihost: this process\'s index, 0 .. num_processes - 1.')
+  cli.define_plugins_flag()
   config_flags.DEFINE_config_file('config', None, 'ml_collections config file, or the name of a shipped config '
                                   f'({", ".join(configs.names())}).', lock_config=True)
 
@@ -44,6 +45,7 @@ def main(argv):
   # orbax logs every checkpoint write at INFO; keep the console to fastmt's progress and warnings.
   logging.set_verbosity(logging.WARNING)
   std_logging.getLogger().setLevel(std_logging.WARNING)
+  cli.import_plugins(FLAGS.plugins)  # objectives of the user's own (or in the config file itself)
   cluster = {'coordinator_address': FLAGS.coordinator_address, 'num_processes': FLAGS.num_processes,
              'process_id': FLAGS.process_id}
   if FLAGS.multihost:

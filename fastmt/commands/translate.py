@@ -38,9 +38,10 @@ def define_flags():
   flags.DEFINE_enum('bleu_tokenize', '13a', BLEU_TOKENIZERS, '--reference: sacreBLEU\'s tokenizer for BLEU: 13a '
                     '(its default) for languages that separate words by spaces; zh for Chinese (13a scores a '
                     'Chinese output about 0 however good); ja-mecab / ko-mecab need sacrebleu[ja] / sacrebleu[ko].')
-  flags.DEFINE_enum('algorithm', None, sorted(registry.ALGORITHMS), 'Decoding algorithm (default: the model\'s '
-                    'own, as validation during training decodes it: greedy; ib for an interleaved model, hrt for an '
-                    'HRT one).')
+  flags.DEFINE_string('algorithm', None, f'Decoding algorithm: {", ".join(sorted(registry.ALGORITHMS))}, or one '
+                      'registered by --plugins (default: the model\'s own, as validation during training decodes it: '
+                      'greedy; ib for an interleaved model, hrt for an HRT one).')
+  cli.define_plugins_flag()
   flags.DEFINE_integer('beam_size', None, 'Beam size: --algorithm beam (default 4), ib (default 1 = greedy; '
                        'K > 1 = the multi-word beam search of Algorithm 1) or hrt (b_at, default 1).')
   flags.DEFINE_float('alpha', 0.6, 'Beam search length penalty.')
@@ -117,7 +118,7 @@ def _algorithm() -> str:
     return FLAGS.algorithm
   from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
-  return registry.DEFAULT_ALGORITHM.get(workdir_lib.load_objective(FLAGS.workdir), 'greedy')
+  return registry.default_algorithm(workdir_lib.load_objective(FLAGS.workdir))
 
 
 def _check_clusters_direction(clusters_dir: str) -> None:
@@ -182,6 +183,10 @@ def main(argv):
   del argv  # cli.run refuses positional arguments
   logging.set_verbosity(logging.WARNING)
   std_logging.getLogger().setLevel(std_logging.WARNING)
+  cli.import_plugins(FLAGS.plugins)  # algorithms and objectives of the user's own, before any name is checked
+  from fastmt.decoding import registry  # pylint: disable=g-import-not-at-top
+  if FLAGS.algorithm is not None:
+    registry.get(FLAGS.algorithm)  # an unknown name: the list of known ones, before the model loads
   from fastmt import width  # pylint: disable=g-import-not-at-top
   auto_width = FLAGS.block_size.strip() == 'auto'
   try:

@@ -1,8 +1,9 @@
 """The decoding algorithms by name, with what each needs from the caller (rows, cache slots, settings).
 
-Adding an algorithm is one entry here; `translate.py` and `decode.py` pick it up by name. Each entry says
-which training objectives (fastmt.objectives) produce a model it can decode: greedy, beam and the Jacobi
-family need an autoregressive ('at') model.
+Adding an algorithm is one entry here, or, from outside fastmt, `register_algorithm` (docs/API.md,
+"Extending fastmt"); `translate.py` and `decode.py` pick it up by name. Each entry says which training
+objectives (fastmt.objectives) produce a model it can decode: greedy, beam and the Jacobi family need an
+autoregressive ('at') model.
 """
 
 import dataclasses
@@ -216,10 +217,42 @@ ALGORITHMS = {
 }
 
 
+BUILT_IN_ALGORITHMS = frozenset(ALGORITHMS)
+
+
 def get(name: str) -> Algorithm:
   if not isinstance(name, str) or name not in ALGORITHMS:
-    raise FastmtError(f'Unknown decoding algorithm {name!r}; choose one of {sorted(ALGORITHMS)}')
+    raise FastmtError(f'Unknown decoding algorithm {name!r}; choose one of {sorted(ALGORITHMS)} (one registered '
+                      'outside fastmt needs its module imported first: decode.py --plugins)')
   return ALGORITHMS[name]
+
+
+def register_algorithm(name: str, algorithm: Algorithm, settings=(), replace: bool = False) -> None:
+  """Adds a decoding algorithm under `name`, for fastmt.load(...).translate(algorithm=name), decode.py
+  --algorithm name (with --plugins naming the module that registers it) and the bench.
+
+  algorithm: an Algorithm; its run(step_fn, cache, batch_size, max_length, settings, draft_table, row_caps)
+  returns a DecodeOutput, and any decoder of fastmt.decoding can do the work (greedy_search with a step
+  function that masks or samples the logits, say). Options of its own live in its closure: DecodeSettings has
+  a fixed set of fields. settings: the DecodeSettings fields it reads besides output_length_ratio (say
+  'beam_size'), so that they are neither warned of as ignored nor reset to their defaults. replace=True
+  registers again under a name of one's own (a notebook cell run twice); a TranslationModel then builds
+  new translators for it. The built-in names cannot be replaced.
+  """
+  if not isinstance(name, str) or not name.isidentifier():
+    raise FastmtError(f'an algorithm\'s name is an identifier (decode.py --algorithm NAME), got {name!r}')
+  if not isinstance(algorithm, Algorithm):
+    raise FastmtError(f'register an fastmt.decoding.registry.Algorithm, got {type(algorithm).__name__}')
+  if name in BUILT_IN_ALGORITHMS:
+    raise FastmtError(f'{name!r} is one of fastmt\'s own algorithms: register yours under another name')
+  if name in ALGORITHMS and not replace:
+    raise FastmtError(f'an algorithm {name!r} is registered already: pass replace=True to replace it')
+  unknown = sorted(set(settings) - set(SETTING_ALGORITHMS))
+  if unknown:
+    raise FastmtError(f'settings {unknown} are not algorithm settings; those are {sorted(SETTING_ALGORITHMS)}')
+  ALGORITHMS[name] = algorithm
+  for setting, algorithms in SETTING_ALGORITHMS.items():
+    SETTING_ALGORITHMS[setting] = tuple(a for a in algorithms if a != name) + ((name,) if setting in settings else ())
 
 
 _WHOLE_NUMBER_SETTINGS = ('beam_size', 'block_size', 'parallel_length', 'dedup_ngram', 'chunk_size', 'nat_beam_size',
@@ -320,15 +353,28 @@ def without_ignored_settings(settings):
 # The algorithm that validation BLEU and a plain decode use for each objective's models.
 DEFAULT_ALGORITHM = {'at': 'greedy', 'interleaved': 'ib', 'hrt': 'hrt', 'selfdraft': 'greedy'}
 
+# Objectives registered outside fastmt (fastmt.objectives.register_objective) -> the built-in objective whose
+# models theirs decode like: every algorithm of that one decodes them.
+DECODES_LIKE: dict[str, str] = {}
+
+
+def _decoded_as(objective: str) -> str:
+  return DECODES_LIKE.get(objective, objective)
+
+
+def default_algorithm(objective: str) -> str:
+  """The algorithm a model of `objective` decodes with when none is named (greedy for an unknown one)."""
+  return DEFAULT_ALGORITHM.get(_decoded_as(objective), 'greedy')
+
 
 def _drafter_fits(settings, objective: str) -> bool:
   """--drafter self drafts with the model's <mask> slots: only a selfdraft model has learnt to fill them."""
-  return not (settings.algorithm == 'spec' and settings.drafter == 'self') or objective == 'selfdraft'
+  return not (settings.algorithm == 'spec' and settings.drafter == 'self') or _decoded_as(objective) == 'selfdraft'
 
 
 def decodes(settings, objective: str) -> bool:
   """Whether these settings can decode a model trained with `objective` (algorithm and drafter)."""
-  return objective in get(settings.algorithm).objectives and _drafter_fits(settings, objective)
+  return _decoded_as(objective) in get(settings.algorithm).objectives and _drafter_fits(settings, objective)
 
 
 def check_drafter(settings, objective: str) -> None:
@@ -343,8 +389,11 @@ def check_drafter(settings, objective: str) -> None:
 def check_objective(algorithm: str, objective: str) -> None:
   """Decoding a model with an algorithm it was not trained for is one clear error, before any work."""
   supported = get(algorithm).objectives
-  if objective not in supported:
-    usable = sorted(name for name in ALGORITHMS if objective in get(name).objectives)
+  if _decoded_as(objective) not in supported:
+    usable = sorted(name for name in ALGORITHMS if _decoded_as(objective) in get(name).objectives)
     hint = f'; its algorithms: {", ".join(usable)}' if usable else ''
+    if objective not in DEFAULT_ALGORITHM and objective not in DECODES_LIKE:
+      hint += ('; an objective registered outside fastmt needs the module that registers it imported first '
+               '(decode.py --plugins, fastmt.objectives.register_objective)')
     raise FastmtError(f'algorithm {algorithm!r} (--algorithm {algorithm}) decodes models trained with objective '
                       f'{" or ".join(supported)}; this model was trained with {objective!r}{hint}')

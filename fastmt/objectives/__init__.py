@@ -9,6 +9,8 @@ their positions, the self-attention mask, the targets and the loss weights.
 `config.objective` names one; train.py records it in the work directory (fastmt.workdir), and decoding a
 model with an algorithm it was not trained for is one clear error (fastmt.decoding.registry). Reorderings and
 masks that a decoder needs as well live in fastmt/decoding/ and are imported from there, never the reverse.
+An objective of one's own is added from outside fastmt with `register_objective` (docs/API.md, "Extending
+fastmt").
 """
 
 import dataclasses
@@ -19,6 +21,7 @@ from typing import Callable
 import flax.struct
 import jax
 
+from fastmt.decoding import registry
 from fastmt.decoding.interleaving import Interleaving
 from fastmt.decoding.step import is_whole_number
 from fastmt.errors import FastmtError
@@ -51,6 +54,43 @@ OBJECTIVES: dict[str, Callable[..., Objective]] = {
 
 # Where each objective keeps its options in a training config (config.<key>); None = it has none.
 OPTIONS_KEY = {'at': None, 'interleaved': 'interleaving', 'hrt': 'hrt', 'selfdraft': 'selfdraft'}
+
+
+BUILT_IN_OBJECTIVES = frozenset(OBJECTIVES)
+
+
+def register_objective(name: str, build: Callable[..., Objective], options_key: str | None = None,
+                       decodes_like: str = 'at', replace: bool = False) -> None:
+  """Adds a training objective under `name`, for train.py's config.objective = name.
+
+  build(options: dict, tokenizer, num_train_steps) -> Objective: options are the run's config.<options_key>
+  block as a dict ({} without one; recorded in the work directory with the name), tokenizer the run's
+  Tokenizer (its reserved symbols: Tokenizer.piece_id), num_train_steps the run's budget (for a curriculum).
+  The Objective maps (batch, step) to a DecoderBatch; autoregressive.left_to_right(batch) gives the plain
+  left-to-right fields to start from. decodes_like: the built-in objective whose models this one's decode
+  like ('at': greedy, beam, the Jacobi family and spec): validation BLEU and every decoding tool use its
+  algorithms. The module that registers it is imported wherever its models train or decode: in the config
+  file, or by the tools' --plugins. The built-in names cannot be replaced.
+  """
+  if not isinstance(name, str) or not name.isidentifier():
+    raise FastmtError(f'an objective\'s name is an identifier (config.objective), got {name!r}')
+  if not callable(build):
+    raise FastmtError(f'build must be a function (options, tokenizer, num_train_steps) -> Objective, got '
+                      f'{type(build).__name__}')
+  if name in BUILT_IN_OBJECTIVES:
+    raise FastmtError(f'{name!r} is one of fastmt\'s own objectives: register yours under another name')
+  if name in OBJECTIVES and not replace:
+    raise FastmtError(f'an objective {name!r} is registered already: pass replace=True to replace it')
+  if decodes_like not in BUILT_IN_OBJECTIVES:
+    raise FastmtError(f'decodes_like must be one of {sorted(BUILT_IN_OBJECTIVES)}, got {decodes_like!r}')
+  taken = {key for other, key in OPTIONS_KEY.items() if key and other != name}
+  if options_key is not None and (not isinstance(options_key, str) or not options_key.isidentifier() or
+                                  options_key in taken):
+    raise FastmtError(f'options_key must be a config key of this objective\'s own (not one of {sorted(taken)}), '
+                      f'got {options_key!r}')
+  OBJECTIVES[name] = build
+  OPTIONS_KEY[name] = options_key
+  registry.DECODES_LIKE[name] = decodes_like
 
 
 def _interleaved(options, tokenizer) -> Objective:
