@@ -42,6 +42,13 @@ def get_config():
   # the rarest of the rest become <unk>. 1.0 for alphabets; about 0.9995 for Chinese or Japanese, whose
   # thousands of characters would otherwise need a vocab_size above their count.
   config.vocab_character_coverage = 1.0
+  # How the vocabulary rewrites text before it is split into pieces, and so what every output is written in
+  # (SentencePiece's normalization_rule_name): 'nmt_nfkc', its default, folds Unicode compatibility forms
+  # (full-width punctuation and digits to ASCII, ligatures, decomposed accents composed) and turns
+  # zero-width (non-)joiners and direction marks into spaces; 'identity' keeps text as written (Persian or
+  # Hindi with ZWNJ, Chinese full-width punctuation, references in NFD). decode.py --reference says when the
+  # references are written in forms the model cannot output.
+  config.vocab_normalization = 'nmt_nfkc'
 
   config.model = ml_collections.ConfigDict()
   # Model width; heads split it evenly.

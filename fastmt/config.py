@@ -18,8 +18,8 @@ TRAINING_KEYS = frozenset((
     'bucket_lengths', 'checkpoint_every_steps', 'cooldown_fraction', 'dataset', 'eval_bleu_sentences',
     'eval_bleu_tokenize', 'eval_every_steps', 'grad_clip_norm', 'init_from', 'keep_best_checkpoint',
     'label_smoothing', 'learning_rate', 'log_every_steps', 'max_checkpoints_to_keep', 'model', 'num_train_steps',
-    'objective', 'seed', 'tokens_per_batch', 'vocab_character_coverage', 'vocab_size', 'warmup_steps',
-    'weight_decay'))
+    'objective', 'seed', 'tokens_per_batch', 'vocab_character_coverage', 'vocab_normalization', 'vocab_size',
+    'warmup_steps', 'weight_decay'))
 DATASET_KEYS = frozenset(('data_dir', 'distilled_dir', 'name', 'p_raw', 'reverse', 'test_files', 'train_files',
                           'train_split', 'validation_files'))
 

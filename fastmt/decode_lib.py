@@ -52,6 +52,7 @@ class DecodeReport:
   outputs_at_cap: int
   unreadable_inputs: int = 0  # of the empty inputs, lines in characters the vocabulary lacks only
   empty_outputs: int = 0  # non-empty inputs translated to nothing (the model's first token EOS)
+  outputs_with_unknown: int = 0  # outputs holding <unk>, shown as ' ⁇ ' (TranslationStats')
   wall_s: float = 0.0  # the whole translation pass, reading and writing included, compile time included
   padding_rows: int = 0  # rows that only padded a batch to its static shape (done from the start)
   replaced_input_lines: int = 0  # input lines whose invalid UTF-8 became U+FFFD (--input_errors=replace)
@@ -62,6 +63,9 @@ class DecodeReport:
   brevity_penalty: float | None = None
   tokens_per_call: float = 0.0  # output tokens (EOS included) per decoder call: a parallel decoder's acceptance
   drafter_calls_per_sentence: float = 0.0  # a separate drafter model's calls (spec's drafter 'model' / 'int8')
+  # reference lines in a Unicode form the vocabulary rewrites (warn_of_unreachable_references): no output
+  # matches them as written
+  references_not_in_output_form: int = 0
 
 
 @dataclasses.dataclass
@@ -512,6 +516,42 @@ def score(hypotheses, references, tokenize: str = '13a') -> Scores | None:
                 bleu.sys_len / max(1, bleu.ref_len), bleu.bp)
 
 
+REFERENCE_LINES_NAMED = 5  # the warning of references the model cannot write names at most this many lines
+CJK_SHARE_FOR_WARNING = 0.3  # of a reference's letters: 13a then scores whole runs of characters as words
+
+
+def _is_cjk(char: str) -> bool:
+  return ('\u3040' <= char <= '\u30ff' or '\u3400' <= char <= '\u4dbf' or '\u4e00' <= char <= '\u9fff'
+          or '\uac00' <= char <= '\ud7af' or '\uf900' <= char <= '\ufaff')
+
+
+def warn_of_unreachable_references(references, tokenizer, bleu_tokenize: str = '13a') -> int:
+  """Warnings about references a perfect translation could not match, before they are scored; returns how many
+  reference lines are written in a Unicode form the model's vocabulary never outputs.
+
+  A vocabulary normalises its text (Tokenizer.normalization: SentencePiece's default, NFKC, turns full-width
+  punctuation into ASCII, composes decomposed accents, turns zero-width joiners into spaces), so its outputs
+  are in that form; a reference that is not scores lower however good the translation (Vietnamese in NFD: BLEU
+  9.6 for outputs all right once the reference is composed). And sacreBLEU's 13a tokenizer splits on spaces:
+  Chinese or Japanese references score about 0 under it.
+  """
+  changed = [i + 1 for i, line in enumerate(references) if tokenizer.normalized(line) != ' '.join(line.split())]
+  if changed:
+    logger.warning('%d of %d reference lines (line%s %s%s) are written in forms the model\'s vocabulary '
+                   'rewrites (its normalization %r: full-width punctuation, decomposed accents, ligatures, '
+                   'zero-width joiners...), so no output can match them as written and BLEU/chrF are lower for '
+                   'it; config.vocab_normalization=\'identity\' trains a vocabulary that keeps text as written',
+                   len(changed), len(references), 's' * (len(changed) > 1),
+                   ', '.join(map(str, changed[:REFERENCE_LINES_NAMED])),
+                   ', ...' if len(changed) > REFERENCE_LINES_NAMED else '', tokenizer.normalization)
+  letters = [c for line in references for c in line if c.isalpha()]
+  if bleu_tokenize == '13a' and letters and sum(map(_is_cjk, letters)) >= CJK_SHARE_FOR_WARNING * len(letters):
+    logger.warning('The references are mostly Chinese, Japanese or Korean, which BLEU\'s 13a tokenizer does not '
+                   'split into words (a good translation scores about 0): --bleu_tokenize zh for Chinese, '
+                   'ja-mecab for Japanese, ko-mecab for Korean, or char')
+  return len(changed)
+
+
 def translate_file(translator: Translator, input_path: str, output_path: str, reference_path: str | None = None,
                    batch_size: int = 32, speed_sentences: int = 0, input_errors: str = 'strict',
                    tag_direction: str | None = None, show_progress: bool = True,
@@ -560,9 +600,11 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
     raise FastmtError(f'{input_path} had {total} lines when decoding began but {stats.sentences} were translated: '
                       'the file changed while it was read')
   reference_counts = InputCounts()
-  scores = None
+  scores, unreachable = None, 0
   if reference_path is not None:
-    scores = score(hypotheses, read_input(reference_path, input_errors, reference_counts), bleu_tokenize)
+    references = read_input(reference_path, input_errors, reference_counts)
+    unreachable = warn_of_unreachable_references(references, translator.tokenizer, bleu_tokenize)
+    scores = score(hypotheses, references, bleu_tokenize)
   # The report's score fields are Scores' own, None where nothing was scored.
   scored = dataclasses.asdict(scores) if scores else dict.fromkeys(f.name for f in dataclasses.fields(Scores))
   ms_per_sentence = time_at_batch1(translator, first_sources) if speed_sentences else None
@@ -575,9 +617,10 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
       tokens_per_call=stats.tokens_per_call, drafter_calls_per_sentence=stats.drafter_calls / decoded,
       compile_s=stats.compile_seconds, empty_inputs=stats.empty_inputs, truncated_inputs=stats.truncated_inputs,
       outputs_at_cap=stats.outputs_at_cap, unreadable_inputs=stats.unreadable_inputs, wall_s=wall,
-      empty_outputs=stats.empty_outputs,
+      empty_outputs=stats.empty_outputs, outputs_with_unknown=stats.outputs_with_unknown,
       padding_rows=stats.padding_rows,
-      replaced_input_lines=input_counts.replaced_lines, replaced_reference_lines=reference_counts.replaced_lines)
+      replaced_input_lines=input_counts.replaced_lines, replaced_reference_lines=reference_counts.replaced_lines,
+      references_not_in_output_form=unreachable)
 
 
 @contextlib.contextmanager
@@ -671,8 +714,8 @@ def format_report(report: DecodeReport) -> str:
   unreadable = f' ({report.unreadable_inputs} in characters the vocabulary lacks)' if report.unreadable_inputs else ''
   parts.append(f'empty inputs {report.empty_inputs}{unreadable}, truncated inputs {report.truncated_inputs}, '
                f'outputs at the length cap {report.outputs_at_cap}, empty outputs of non-empty inputs '
-               f'{report.empty_outputs}, input lines with invalid UTF-8 replaced '
-               f'{report.replaced_input_lines}'
+               f'{report.empty_outputs}, outputs with <unk> {report.outputs_with_unknown}, input lines with invalid '
+               f'UTF-8 replaced {report.replaced_input_lines}'
                + (f' (reference lines: {report.replaced_reference_lines})' if report.replaced_reference_lines else ''))
   return '\n'.join(parts)
 

@@ -51,6 +51,7 @@ class DistillResult:
   empty_sources: int
   seconds: float
   outputs_at_cap: int = 0  # lines in the distilled file now whose translation reached the cap without EOS
+  outputs_with_unknown: int = 0  # lines written by this call holding the teacher's <unk> (text: ' ⁇ ')
 
 
 def check_arguments(teacher_workdir: str, output_dir: str, chunk_sentences: int,
@@ -103,7 +104,7 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
   at_cap = [] if done == 0 else [i for i in recorded_outputs_at_cap(output_dir) if i < done]
   shutil.copyfile(teacher_spm, os.path.join(output_dir, workdir_lib.TOKENIZER_FILE))
 
-  start, written, empty, chunks = time.perf_counter(), 0, 0, 0
+  start, written, empty, chunks, unknown = time.perf_counter(), 0, 0, 0, 0
   with open(os.path.join(output_dir, DISTILLED_FILE), 'a', encoding='utf-8') as out:
     while done < len(sources) and (max_chunks is None or chunks < max_chunks):
       chunk = sources[done:done + chunk_sentences]
@@ -117,10 +118,11 @@ def distill(teacher_workdir: str, sources: list[str], output_dir: str, settings=
       done += len(chunk)
       written += len(chunk)
       empty += stats.empty_inputs
+      unknown += stats.outputs_with_unknown
       chunks += 1
       _write_manifest(output_dir, {**manifest, 'done': done, OUTPUTS_AT_CAP: at_cap})
       log(f'distilled {done}/{len(sources)} sentences ({time.perf_counter() - start:.0f} s)')
-  return DistillResult(written, done, empty, time.perf_counter() - start, len(at_cap))
+  return DistillResult(written, done, empty, time.perf_counter() - start, len(at_cap), unknown)
 
 
 def teacher_settings(objective: str, beam_size: int, alpha: float) -> DecodeSettings:
@@ -223,7 +225,9 @@ def main(argv):
                    FLAGS.student_workdir, log=print, checkpoint=FLAGS.checkpoint)
   print(f'{result.total}/{len(sources)} sentences distilled into {FLAGS.output_dir} '
         f'({result.translated} now, {result.empty_sources} empty sources, {result.seconds:.0f} s; '
-        f'{result.outputs_at_cap} reached the output cap without EOS: their students train on the references)')
+        f'{result.outputs_at_cap} reached the output cap without EOS: their students train on the references; '
+        f'{result.outputs_with_unknown} of those written now hold the teacher\'s <unk>, which a student learns as '
+        f'two question marks: see the teacher\'s config.vocab_character_coverage)')
 
 
 def run():

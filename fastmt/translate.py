@@ -39,7 +39,7 @@ from fastmt import few_rows, kernels, models, objectives, precision, projection,
 from fastmt.objectives import hrt as hrt_objective
 from fastmt.objectives import selfdraft
 from fastmt.config import ModelConfig
-from fastmt.data.tokenizer import EOS_ID, PAD_ID, Tokenizer, has_visible_text
+from fastmt.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer, has_visible_text
 from fastmt.decoding import draft_model as draft_model_lib, drafts, registry
 from fastmt.decoding.greedy import DecodeOutput
 from fastmt.decoding.interleaving import Interleaving
@@ -99,6 +99,8 @@ class TranslationStats:
   truncated_inputs: int = 0
   outputs_at_cap: int = 0  # rows that reached the output cap without EOS
   empty_outputs: int = 0  # non-empty inputs translated to nothing (the model's first token EOS), warned
+  # outputs holding <unk> (a character the vocabulary left out), which the text shows as SentencePiece's ' ⁇ '
+  outputs_with_unknown: int = 0
   decoder_calls: int = 0  # sum over sentences of the decoder calls that sentence needed
   # sum over sentences of a separate drafter model's calls (spec with drafter 'model' or 'int8'): each costs
   # what the drafter's size makes it cost, besides the decoder calls above
@@ -633,6 +635,7 @@ class Translator:
       stats.outputs_at_cap += int(at_cap.sum())
       ended_at_once = tokens[:, 0] == EOS_ID
       stats.empty_outputs += int(ended_at_once.sum())
+      stats.outputs_with_unknown += int((tokens == UNK_ID).any(-1).sum())
       if lines_emptied is not None:
         lines_emptied[:] = heapq.nsmallest(_LINES_AT_CAP_NAMED, lines_emptied + [
             first_line + nonempty[i] for i, empty in zip(indices, ended_at_once) if empty])

@@ -389,6 +389,41 @@ def test_training_text_the_vocabulary_cannot_spell_is_warned_of(tokenizer, tiny_
   chinese = tokenizer.encode(['起初神创造天地。', 'God 说'] * 2)
   assert pipeline._warn_of_unknown_pieces(english, chinese, tokenizer, config) > 0.3
   assert 'of the training target tokens (in 4 of 4 lines) are <unk>: config.init_from\'s vocabulary' in caplog.text
+  # a vocabulary trained on this very text: its character coverage left them out (init_from was the wrong advice)
+  caplog.clear()
+  config.init_from = ''
+  pipeline._warn_of_unknown_pieces(english, chinese, tokenizer, config)
+  assert 'this work directory\'s vocabulary' in caplog.text and 'config.vocab_character_coverage=' in caplog.text
+  assert 'without init_from' not in caplog.text
+
+
+def test_a_vocabulary_keeps_text_as_written_with_identity_normalization_and_says_which_it_has(tmp_path, caplog):
+  """SentencePiece's default (nmt_nfkc) rewrites full-width punctuation, decomposed accents and zero-width
+  non-joiners in every output, which no config could change; config.vocab_normalization='identity' keeps
+  them. decode.py then warns of references written in forms the model's vocabulary never outputs."""
+  import unicodedata  # pylint: disable=g-import-not-at-top
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  written = ['树看见猫，对吗？', unicodedata.normalize('NFD', 'Việt Nam'), 'نمی\u200cدانم']
+  texts = corpus.read_lines(str(DATA / 'genesis.en')) + written * 20
+  default = train_tokenizer(texts, str(tmp_path / 'default.model'), vocab_size=300)
+  identity = train_tokenizer(texts, str(tmp_path / 'identity.model'), vocab_size=300, normalization='identity')
+  assert (default.normalization, identity.normalization) == ('nmt_nfkc', 'identity')
+  assert identity.decode(identity.encode(written)) == written
+  assert default.decode(default.encode(written[:1])) == ['树看见猫,对吗?']
+  with caplog.at_level('WARNING'):
+    assert decode_lib.warn_of_unreachable_references(written + ['In the beginning'], identity) == 0
+    assert not caplog.text
+    assert decode_lib.warn_of_unreachable_references(written + ['In the beginning'], default) == 3
+  assert '3 of 4 reference lines (lines 1, 2, 3) are written in forms the model\'s vocabulary rewrites' in caplog.text
+  assert 'mostly Chinese' not in caplog.text  # a quarter of the letters: 13a is the user's choice
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    decode_lib.warn_of_unreachable_references(['起初神创造天地。'] * 3, identity, 'zh')
+    assert not caplog.text
+    decode_lib.warn_of_unreachable_references(['起初神创造天地。'] * 3, identity, '13a')
+  assert 'mostly Chinese, Japanese or Korean' in caplog.text and '--bleu_tokenize zh' in caplog.text
+  with pytest.raises(FastmtError, match='config.vocab_normalization must be one of'):
+    train_tokenizer(texts, str(tmp_path / 'x.model'), vocab_size=300, normalization='nfc')
 
 
 def test_a_line_in_characters_the_vocabulary_lacks_spells_nothing_even_behind_a_language_tag(tmp_path):

@@ -226,7 +226,9 @@ def test_training_on_distilled_data_uses_the_teachers_vocabulary(trained_workdir
   # usable pair is an error): the references stand in for its outputs, line for line.
   references = corpus.load_split(tiny_config.dataset, 'train').targets
   with open(os.path.join(kd, distill.DISTILLED_FILE), 'w', encoding='utf-8') as f:
-    f.writelines(t + '\n' for t in references)
+    f.writelines(t + '\n' for t in references[:3])
+    f.write(references[3] + ' \u2047\n')  # the teacher's <unk>, as its text shows it: a student learns '??'
+    f.writelines(t + '\n' for t in references[4:])
   manifest = json.load(open(os.path.join(kd, distill.MANIFEST_FILE)))
   json.dump({**manifest, distill.OUTPUTS_AT_CAP: [0, 2]}, open(os.path.join(kd, distill.MANIFEST_FILE), 'w'))
   config = copy.deepcopy(tiny_config)
@@ -235,6 +237,7 @@ def test_training_on_distilled_data_uses_the_teachers_vocabulary(trained_workdir
   student = str(tmp_path / 'student')
   data = pipeline.load_training_data(config, student)
   assert f'2 of {len(references)} distilled targets reached the teacher\'s output cap' in caplog.text
+  assert f'1 of {len(references)} distilled targets hold the teacher\'s <unk>' in caplog.text
   assert open(os.path.join(student, workdir_lib.TOKENIZER_FILE), 'rb').read() == open(
       os.path.join(trained_workdir, workdir_lib.TOKENIZER_FILE), 'rb').read()
   assert data.train_batches.distilled_ids is not None and data.train_batches.p_raw == 0.5

@@ -681,6 +681,24 @@ def test_a_drafter_models_calls_are_counted_beside_the_decoder_calls(model_parts
   assert 'drafter' not in decode_lib.format_report(dataclasses.replace(report, drafter_calls_per_sentence=0.0))
 
 
+def test_outputs_holding_unk_are_counted(model_parts, monkeypatch):
+  """A character the vocabulary left out comes out as SentencePiece's ' \u2047 ': counted, as decode.py's
+  report and fastmt-distill's summary say, instead of passing for text."""
+  from fastmt.data.tokenizer import UNK_ID  # pylint: disable=g-import-not-at-top
+  from fastmt.decoding.greedy import DecodeOutput  # pylint: disable=g-import-not-at-top
+  translator = Translator(*model_parts)
+
+  def decode_batch(source, row_caps=None, stats=None, recent_outputs=None):
+    rows, width = source.shape[0], translator.config.max_length
+    tokens = np.zeros((rows, width), np.int32)
+    tokens[:, :3] = [7, UNK_ID, EOS_ID]
+    tokens[1:, 1] = 8  # only the first row holds <unk>
+    return DecodeOutput(tokens, np.full((rows,), 3, np.int32), np.int32(3))
+  monkeypatch.setattr(translator, 'decode_batch', decode_batch)
+  outputs, stats = translator.translate(['God', 'light', 'water'], batch_size=4)
+  assert stats.outputs_with_unknown == 1 and '\u2047' in outputs[0] and '\u2047' not in outputs[1]
+
+
 def test_the_output_cap_warning_names_the_input_lines(model_parts, caplog):
   """The tiny model repeats itself: at a cap of 9 tokens its outputs stop there; the warning says where."""
   translator = Translator(*model_parts, DecodeSettings(output_length_ratio=0.01))

@@ -74,7 +74,8 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
                    'training the vocabulary again for this config', path, made)
   tokenizer = train_tokenizer(train.sources + train.targets, path, config.vocab_size, seed=config.seed,
                               user_symbols=RESERVED_SYMBOLS + tuple(corpus.language_tags(config.dataset)),
-                              character_coverage=config.get('vocab_character_coverage', 1.0))
+                              character_coverage=config.get('vocab_character_coverage', 1.0),
+                              normalization=config.get('vocab_normalization', 'nmt_nfkc'))
   _write_vocabulary_record(workdir, record)
   return tokenizer
 
@@ -105,11 +106,17 @@ def _warn_of_unknown_pieces(source_ids, target_ids, tokenizer, config) -> float:
     worst = max(worst, fraction)
     if fraction > UNKNOWN_WARNING_FRACTION:
       lines = sum(1 for row in rows if (row == UNK_ID).any())
-      origin = ('config.init_from\'s' if config.get('init_from') else 'the distillation teacher\'s'
-                if config.dataset.get('distilled_dir') else 'this work directory\'s')
+      if config.get('init_from') or config.dataset.get('distilled_dir'):
+        origin = 'config.init_from\'s' if config.get('init_from') else 'the distillation teacher\'s'
+        advice = 'a vocabulary trained on it needs a new work directory without init_from or distilled_dir'
+      else:  # trained on this very text: its coverage left characters out (or a resumed run's older corpus)
+        origin = 'this work directory\'s'
+        advice = (f'config.vocab_character_coverage={config.get("vocab_character_coverage", 1.0)} leaves the '
+                  'rarest characters of the joint source and target text without a piece (the side with the larger '
+                  'alphabet loses most): raise it toward 1.0, or vocab_size, in a new work directory')
       logger.warning('%.1f%% of the training %s tokens (in %d of %d lines) are <unk>: %s vocabulary (%s) cannot '
-                     'spell this corpus; a vocabulary trained on it needs a new work directory without init_from',
-                     100 * fraction, side, lines, len(rows), origin, tokenizer.model_path)
+                     'spell this corpus; %s', 100 * fraction, side, lines, len(rows), origin, tokenizer.model_path,
+                     advice)
   return worst
 
 
@@ -133,7 +140,9 @@ def _vocabulary_record(config, train) -> dict:
     digest.update(b'\n')
   return {'dataset': {k: dataset.get(k) for k in _VOCABULARY_DATASET_FIELDS}, 'text_sha256': digest.hexdigest(),
           'language_tags': list(corpus.language_tags(config.dataset)), 'vocab_size': config.vocab_size,
-          'seed': config.get('seed'), 'character_coverage': config.get('vocab_character_coverage', 1.0)}
+          'seed': config.get('seed'), 'character_coverage': config.get('vocab_character_coverage', 1.0),
+          **({'normalization': config.vocab_normalization}  # recorded when not the default: older records agree
+             if config.get('vocab_normalization', 'nmt_nfkc') != 'nmt_nfkc' else {})}
 
 
 def _read_json(path: str):
@@ -155,6 +164,11 @@ def load_training_data(config, workdir: str, batch_multiple: int = 1) -> Trainin
   if config.dataset.get('distilled_dir'):
     targets, references = distilled.student_targets(config.dataset.distilled_dir, train.sources, train.targets,
                                                     train_split)
+    unknown = sum('\u2047' in target for target in targets)  # SentencePiece's text for the teacher's <unk>
+    if unknown:  # NFKC makes it '??', which a student's vocabulary spells as real question marks
+      logger.warning('%d of %d distilled targets hold the teacher\'s <unk> (shown as U+2047): the student learns it '
+                     'as question marks; a teacher whose vocabulary covers the corpus (its '
+                     'config.vocab_character_coverage) avoids it', unknown, len(targets))
     if references:  # the teacher ran on to its cap there: a student must not learn that
       logger.warning('%d of %d distilled targets reached the teacher\'s output cap without EOS: those pairs '
                      'train on their reference targets', references, len(targets))

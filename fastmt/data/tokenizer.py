@@ -54,6 +54,11 @@ def _proto(model_path: str):
   return proto
 
 
+# SentencePiece's normalization rules (config.vocab_normalization): what a vocabulary rewrites text into before
+# splitting it, and so the form every output is written in. 'nmt_nfkc' is SentencePiece's default.
+NORMALIZATIONS = ('nmt_nfkc', 'nfkc', 'nmt_nfkc_cf', 'nfkc_cf', 'identity')
+
+
 def _write_whole(path: str, data: bytes) -> None:
   """path holds `data` whole, or what it held before: written through a temporary file of this process's own.
   The hosts of a multi-host run all write the vocabulary, perhaps into one shared directory, while another may
@@ -161,6 +166,15 @@ class Tokenizer:
     return texts
 
   @property
+  def normalization(self) -> str:
+    """The vocabulary's SentencePiece normalization rule ('nmt_nfkc' unless trained otherwise; NORMALIZATIONS)."""
+    return _proto(self.model_path).normalizer_spec.name or 'nmt_nfkc'
+
+  def normalized(self, text: str) -> str:
+    """`text` as this vocabulary rewrites it (whitespace runs as one space): the form its outputs are in."""
+    return ' '.join(self._text_sp.normalize(text).replace('\u2581', ' ').split())
+
+  @property
   def text_processor(self) -> spm.SentencePieceProcessor:
     """The SentencePieceProcessor that encode() uses (the reserved symbols unused; the same ids and pieces):
     for tools that need SentencePiece's own calls, e.g. pieces rather than ids."""
@@ -191,10 +205,12 @@ MAX_SENTENCE_BYTES = 4192  # SentencePiece's max_sentence_length: it skips longe
 
 
 def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sentences: int = 300_000,
-                    seed: int = 0, user_symbols: tuple[str, ...] = (), character_coverage: float = 1.0) -> Tokenizer:
+                    seed: int = 0, user_symbols: tuple[str, ...] = (), character_coverage: float = 1.0,
+                    normalization: str = 'nmt_nfkc') -> Tokenizer:
   """Trains a joint unigram SentencePiece model on `texts` (sampled deterministically) and saves it.
 
   user_symbols: strings that must stay single pieces (a multilingual model's target-language tags).
+  normalization: SentencePiece's normalization_rule_name (NORMALIZATIONS; config.vocab_normalization).
   character_coverage: the share of characters with a piece of their own (config.vocab_character_coverage).
   """
   texts = [t for t in texts if t.strip()]
@@ -207,6 +223,8 @@ def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sent
       or not 0.98 <= character_coverage <= 1):
     raise FastmtError(f'config.vocab_character_coverage must be in [0.98, 1] (SentencePiece\'s range), got '
                       f'{character_coverage!r}')
+  if normalization not in NORMALIZATIONS:
+    raise FastmtError(f'config.vocab_normalization must be one of {NORMALIZATIONS}, got {normalization!r}')
   if not texts:
     raise FastmtError('no training text to train a vocabulary on: the training split has no line with text')
   too_long = sum(len(t.encode('utf-8')) > MAX_SENTENCE_BYTES for t in texts)
@@ -215,7 +233,8 @@ def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sent
         sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size, model_type='unigram',
         character_coverage=character_coverage, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
         input_sentence_size=max_sentences, shuffle_input_sentence=False, num_threads=os.cpu_count() or 1,
-        max_sentence_length=MAX_SENTENCE_BYTES, user_defined_symbols=list(user_symbols), minloglevel=2)
+        max_sentence_length=MAX_SENTENCE_BYTES, user_defined_symbols=list(user_symbols), minloglevel=2,
+        normalization_rule_name=normalization)
   except RuntimeError as e:  # the corpus cannot give vocab_size pieces, or has more characters than that
     reason = (str(e).strip().splitlines() or [type(e).__name__])[-1]
     hint = 'set config.vocab_size'
