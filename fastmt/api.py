@@ -72,6 +72,10 @@ class TranslationModel:
 
   def _use_params(self, params) -> None:
     """These weights for every translator from now on: what was built from the old ones is dropped."""
+    with self._lock:  # not while another thread builds a translator from the old weights' layout
+      self._use_params_locked(params)
+
+  def _use_params_locked(self, params) -> None:
     self._params = params
     # Packed once for every Translator of this model (the Translator packs nothing more).
     self._translator_params = few_rows.with_layout(params) if self.float32_kernel else params

@@ -203,11 +203,16 @@ def import_plugins(plugins) -> None:
   for plugin in plugins:
     try:
       if plugin.endswith('.py'):
-        spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(plugin))[0], plugin)
-        if spec is None or not os.path.isfile(plugin):
+        if not os.path.isfile(plugin):
           raise FileNotFoundError(f'no file {plugin}')
+        path = os.path.realpath(plugin)
+        if any(os.path.realpath(getattr(m, '__file__', None) or '') == path for m in list(sys.modules.values())):
+          continue  # imported already (by the config file, say): running it again would register twice
+        # A name of its own: a plugin file called json.py must not take the standard library's place.
+        name = f'fastmt_plugin_{os.path.splitext(os.path.basename(plugin))[0]}'
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
+        sys.modules[name] = module
         spec.loader.exec_module(module)
       else:
         importlib.import_module(plugin)

@@ -209,11 +209,13 @@ def define_flags():
   flags.DEFINE_integer('batch_size', 32, 'Sentences per batch.')
   flags.DEFINE_integer('chunk_sentences', 1024, 'Sentences per fsynced chunk (the unit of resumption).')
   cli.define_checkpoint_flag('The teacher checkpoint')
+  cli.define_plugins_flag()
 
 
 def main(argv):
   del argv  # cli.run refuses positional arguments
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and tfds log every read at INFO; progress goes to stdout
+  cli.import_plugins(FLAGS.plugins)  # a teacher trained with an objective of the user's own
   check_arguments(FLAGS.teacher, FLAGS.output_dir, FLAGS.chunk_sentences, FLAGS.student_workdir, FLAGS.batch_size)
   config = workdir_lib.load_train_config(FLAGS.teacher)
   split = split_to_distil(FLAGS.split, config.dataset)

@@ -31,7 +31,7 @@ from fastmt import decode_lib, models, objectives, progress as progress_lib, wor
 from fastmt.config import ModelConfig, check_training_keys
 from fastmt.errors import FastmtError
 from fastmt.data import corpus, distilled, pipeline
-from fastmt.data.tokenizer import PAD_ID
+from fastmt.data.tokenizer import NORMALIZATIONS, PAD_ID
 from fastmt.decoding import registry
 from fastmt.decoding.step import is_whole_number
 from fastmt import translate
@@ -376,6 +376,9 @@ def check_training_settings(config) -> None:
     raise FastmtError(f'config.label_smoothing must be below 1, got {config.get("label_smoothing")!r}')
   if (config.get('cooldown_fraction') or 0) > 1:  # 1: warm-up, then a linear decay over the whole run
     raise FastmtError(f'config.cooldown_fraction must be at most 1, got {config.get("cooldown_fraction")!r}')
+  if config.get('vocab_normalization', 'nmt_nfkc') not in NORMALIZATIONS:  # before anything is written
+    raise FastmtError(f'config.vocab_normalization must be one of {NORMALIZATIONS}, got '
+                      f'{config.get("vocab_normalization")!r}')
   # A warm-up past the cool-down's start (the quickstart's 200 warm-up steps with num_train_steps=100): the rate
   # never reaches config.learning_rate (44% of it there; with warmup_steps=100000, a few millionths), legal but
   # seldom meant. Below half the peak is named.

@@ -80,6 +80,27 @@ def test_a_model_keeps_a_bounded_set_of_translators_sharing_one_output_layout(tr
     Translator(model.config, model.params, model.tokenizer, transposed_output=np.zeros((3, 4), np.float32))
 
 
+def test_new_weights_assigned_while_a_translator_is_built_never_meet_the_old_layout(trained_workdir, monkeypatch):
+  """model.params = new while another thread built a translator: the old weights' transposed embedding became
+  the shared layout of every later translator of the new weights."""
+  import threading  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  model = fastmt.load(trained_workdir)
+  real, started = fastmt.api.transposed_output_layout, threading.Event()
+
+  def slow_layout(params):
+    started.set()
+    time.sleep(1)
+    return real(params)
+  monkeypatch.setattr(fastmt.api, 'transposed_output_layout', slow_layout)
+  builder = threading.Thread(target=model.translator, args=('greedy',))
+  builder.start()
+  started.wait()
+  model.params = jax.tree_util.tree_map(jax.numpy.zeros_like, model.params)
+  builder.join()
+  assert not np.asarray(model.translator('greedy').output_projection).any()  # the new, zero weights' layout
+
+
 def test_threads_sharing_a_model_compile_each_shape_once(trained_workdir):
   """Two threads meeting a new shape at once both compiled it (the check and the compile were not one step)."""
   import concurrent.futures  # pylint: disable=g-import-not-at-top

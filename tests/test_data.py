@@ -426,6 +426,25 @@ def test_a_vocabulary_keeps_text_as_written_with_identity_normalization_and_says
     train_tokenizer(texts, str(tmp_path / 'x.model'), vocab_size=300, normalization='nfc')
 
 
+def test_a_kept_or_copied_vocabulary_of_another_normalization_is_said(trained_workdir, tiny_config, tmp_path, caplog):
+  """config.vocab_normalization acts where a vocabulary is trained: a resumed run (or init_from, a teacher's)
+  keeps the one it has, whose normalization its outputs follow; that used to pass without a word, and an
+  invalid value was only refused where a vocabulary was trained."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  from fastmt import train_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.data import pipeline  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'copy'
+  shutil.copytree(trained_workdir, workdir)
+  config = tiny_config.copy_and_resolve_references()
+  config.vocab_normalization = 'identity'
+  with caplog.at_level('WARNING'):
+    pipeline.load_training_data(config, str(workdir))
+  assert "normalises text with 'nmt_nfkc', not config.vocab_normalization='identity'" in caplog.text
+  config.vocab_normalization = 'nfc'
+  with pytest.raises(FastmtError, match='config.vocab_normalization must be one of'):
+    train_lib.check_training_settings(config)
+
+
 def test_a_line_in_characters_the_vocabulary_lacks_spells_nothing_even_behind_a_language_tag(tmp_path):
   texts = corpus.read_lines(str(DATA / 'genesis.en')) + corpus.read_lines(str(DATA / 'genesis.de'))
   tagged = train_tokenizer(texts, str(tmp_path / 'spm.model'), 300, user_symbols=('<2de>',))

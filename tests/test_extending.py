@@ -119,8 +119,23 @@ def test_a_registered_objective_trains_with_validation_bleu_and_decodes_like_at(
     objectives.register_objective('at', first_word_weighted)
   with pytest.raises(FastmtError, match='options_key must be a config key of this objective'):
     objectives.register_objective('other', first_word_weighted, options_key='hrt')
-  with pytest.raises(FastmtError, match='decodes_like must be one of'):
-    objectives.register_objective('other', first_word_weighted, decodes_like='first_word_weighted')
+  with pytest.raises(FastmtError, match="decodes_like must be 'at'"):  # ib and hrt read records of their own
+    objectives.register_objective('other', first_word_weighted, decodes_like='interleaved')
+
+
+def test_a_plugin_file_already_imported_is_not_run_again_nor_takes_a_library_module_name(tmp_path, fresh_registries,
+                                                                                         monkeypatch):
+  """The docs let a config file import the plugin and --plugins name it too: running the file twice registered
+  twice (an error); and a plugin file called json.py replaced the standard library's json in sys.modules."""
+  import json  # pylint: disable=g-import-not-at-top
+  from fastmt import cli  # pylint: disable=g-import-not-at-top
+  plugin = tmp_path / 'json.py'
+  plugin.write_text('from fastmt import objectives\n'
+                    'objectives.register_objective("twice", lambda options, tokenizer, steps: None)\n')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  cli.import_plugins([str(plugin)])
+  assert sys.modules['json'] is json and 'twice' in objectives.OBJECTIVES
+  cli.import_plugins([str(plugin)])  # again, as the config file and --plugins both would: no second register
 
 
 def test_a_plugin_that_cannot_be_imported_is_one_clear_line(tmp_path):

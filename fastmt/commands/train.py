@@ -45,7 +45,6 @@ def main(argv):
   # orbax logs every checkpoint write at INFO; keep the console to fastmt's progress and warnings.
   logging.set_verbosity(logging.WARNING)
   std_logging.getLogger().setLevel(std_logging.WARNING)
-  cli.import_plugins(FLAGS.plugins)  # objectives of the user's own (or in the config file itself)
   cluster = {'coordinator_address': FLAGS.coordinator_address, 'num_processes': FLAGS.num_processes,
              'process_id': FLAGS.process_id}
   if FLAGS.multihost:
@@ -57,6 +56,7 @@ def main(argv):
                         'HOST:PORT --num_processes N --process_id I') from None
   elif any(value is not None for value in cluster.values()):
     raise FastmtError(f'--{next(k for k, v in cluster.items() if v is not None)} is for --multihost')
+  cli.import_plugins(FLAGS.plugins)  # objectives of the user's own; after initialize(), which must come first
   logging.info('JAX devices: %s', jax.devices())
   train_lib.train_and_evaluate(FLAGS.config, FLAGS.workdir)
 

@@ -159,6 +159,12 @@ def load_training_data(config, workdir: str, batch_multiple: int = 1) -> Trainin
   train = corpus.load_split(config.dataset, train_split)
   validation = corpus.load_split(config.dataset, 'validation')
   tokenizer = get_tokenizer(config, workdir, train)
+  wanted = config.get('vocab_normalization', 'nmt_nfkc')
+  if tokenizer.normalization != wanted:  # kept by a resumed run, or copied from init_from or a teacher
+    logger.warning('The vocabulary %s normalises text with %r, not config.vocab_normalization=%r: it was kept or '
+                   'copied (a resumed run, init_from, a distillation teacher), and its outputs follow %r; a new work '
+                   'directory without init_from or distilled_dir trains one with %r', tokenizer.model_path,
+                   tokenizer.normalization, wanted, tokenizer.normalization, wanted)
   max_length = config.model.max_length
   distilled_ids = None
   if config.dataset.get('distilled_dir'):

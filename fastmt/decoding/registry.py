@@ -394,6 +394,6 @@ def check_objective(algorithm: str, objective: str) -> None:
     hint = f'; its algorithms: {", ".join(usable)}' if usable else ''
     if objective not in DEFAULT_ALGORITHM and objective not in DECODES_LIKE:
       hint += ('; an objective registered outside fastmt needs the module that registers it imported first '
-               '(decode.py --plugins, fastmt.objectives.register_objective)')
+               '(the tools\' --plugins, fastmt.objectives.register_objective)')
     raise FastmtError(f'algorithm {algorithm!r} (--algorithm {algorithm}) decodes models trained with objective '
                       f'{" or ".join(supported)}; this model was trained with {objective!r}{hint}')

@@ -68,8 +68,8 @@ def register_objective(name: str, build: Callable[..., Objective], options_key: 
   Tokenizer (its reserved symbols: Tokenizer.piece_id), num_train_steps the run's budget (for a curriculum).
   The Objective maps (batch, step) to a DecoderBatch; autoregressive.left_to_right(batch) gives the plain
   left-to-right fields to start from. decodes_like: the built-in objective whose models this one's decode
-  like ('at': greedy, beam, the Jacobi family and spec): validation BLEU and every decoding tool use its
-  algorithms. The module that registers it is imported wherever its models train or decode: in the config
+  like: 'at' (greedy, beam, the Jacobi family and spec), the only one so far (the interleaved and HRT
+  decoders read records of their own objectives); validation BLEU and every decoding tool use its algorithms. The module that registers it is imported wherever its models train or decode: in the config
   file, or by the tools' --plugins. The built-in names cannot be replaced.
   """
   if not isinstance(name, str) or not name.isidentifier():
@@ -81,8 +81,9 @@ def register_objective(name: str, build: Callable[..., Objective], options_key: 
     raise FastmtError(f'{name!r} is one of fastmt\'s own objectives: register yours under another name')
   if name in OBJECTIVES and not replace:
     raise FastmtError(f'an objective {name!r} is registered already: pass replace=True to replace it')
-  if decodes_like not in BUILT_IN_OBJECTIVES:
-    raise FastmtError(f'decodes_like must be one of {sorted(BUILT_IN_OBJECTIVES)}, got {decodes_like!r}')
+  if decodes_like != 'at':  # the others' decoders read their own records (interleaving, HRT symbols) by name
+    raise FastmtError(f"decodes_like must be 'at' (a registered objective's models decode left to right), got "
+                      f'{decodes_like!r}')
   taken = {key for other, key in OPTIONS_KEY.items() if key and other != name}
   if options_key is not None and (not isinstance(options_key, str) or not options_key.isidentifier() or
                                   options_key in taken):
