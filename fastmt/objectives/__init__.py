@@ -65,12 +65,13 @@ def register_objective(name: str, build: Callable[..., Objective], options_key: 
 
   build(options: dict, tokenizer, num_train_steps) -> Objective: options are the run's config.<options_key>
   block as a dict ({} without one; recorded in the work directory with the name), tokenizer the run's
-  Tokenizer (its reserved symbols: Tokenizer.piece_id), num_train_steps the run's budget (for a curriculum).
+  Tokenizer (its reserved symbols: Tokenizer.special_id), num_train_steps the run's budget (for a curriculum).
   The Objective maps (batch, step) to a DecoderBatch; autoregressive.left_to_right(batch) gives the plain
   left-to-right fields to start from. decodes_like: the built-in objective whose models this one's decode
   like: 'at' (greedy, beam, the Jacobi family and spec), the only one so far (the interleaved and HRT
-  decoders read records of their own objectives); validation BLEU and every decoding tool use its algorithms. The module that registers it is imported wherever its models train or decode: in the config
-  file, or by the tools' --plugins. The built-in names cannot be replaced.
+  decoders read records of their own objectives); validation BLEU and every decoding tool use its algorithms.
+  The module that registers it is imported wherever its models train or decode: in the config file, or by
+  the tools' --plugins. The built-in names cannot be replaced.
   """
   if not isinstance(name, str) or not name.isidentifier():
     raise FastmtError(f'an objective\'s name is an identifier (config.objective), got {name!r}')
