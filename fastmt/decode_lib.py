@@ -544,12 +544,18 @@ def warn_of_unreachable_references(references, tokenizer, bleu_tokenize: str = '
                    len(changed), len(references), 's' * (len(changed) > 1),
                    ', '.join(map(str, changed[:REFERENCE_LINES_NAMED])),
                    ', ...' if len(changed) > REFERENCE_LINES_NAMED else '', tokenizer.normalization)
+  warn_of_13a_on_cjk(references, bleu_tokenize, '--bleu_tokenize ')
+  return len(changed)
+
+
+def warn_of_13a_on_cjk(references, bleu_tokenize: str, option: str) -> None:
+  """A warning where references mostly in Chinese, Japanese or Korean are to be scored with BLEU's 13a
+  tokenizer, which splits on spaces only: a good translation scores about 0. option: where to choose another."""
   letters = [c for line in references for c in line if c.isalpha()]
   if bleu_tokenize == '13a' and letters and sum(map(_is_cjk, letters)) >= CJK_SHARE_FOR_WARNING * len(letters):
     logger.warning('The references are mostly Chinese, Japanese or Korean, which BLEU\'s 13a tokenizer does not '
-                   'split into words (a good translation scores about 0): --bleu_tokenize zh for Chinese, '
-                   'ja-mecab for Japanese, ko-mecab for Korean, or char')
-  return len(changed)
+                   'split into words (a good translation scores about 0): %szh for Chinese, ja-mecab for '
+                   'Japanese, ko-mecab for Korean, or char', option)
 
 
 def translate_file(translator: Translator, input_path: str, output_path: str, reference_path: str | None = None,

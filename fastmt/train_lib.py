@@ -265,6 +265,9 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
   _check_objective_fits_model(objective_name, objective_options, model_config)
   workdir_lib.save_objective(workdir, objective_name, objective_options)
   _warn_of_a_changed_corpus(workdir, config)
+  if config.get('eval_bleu_sentences'):  # the validation BLEU of every evaluation would be about 0 for nothing
+    decode_lib.warn_of_13a_on_cjk(data.validation.targets[:config.eval_bleu_sentences],
+                                  config.get('eval_bleu_tokenize', '13a'), 'config.eval_bleu_tokenize=')
   _record_batch_plan(workdir, data.train_batches)
   if jax.process_index() == 0:  # whole or not at all: a half-written record would hide the next run's changes
     path = os.path.join(workdir, TRAIN_CONFIG_FILE)

@@ -427,6 +427,22 @@ def test_checkpoint_errors_are_one_clean_line():
                                                  'database at local file "/r/4/default/"')
 
 
+def test_a_validation_bleu_of_chinese_targets_under_13a_is_warned_of(tiny_config, tmp_path, caplog):
+  """The validation BLEU of every evaluation scores Chinese targets about 0 under BLEU's default 13a tokenizer;
+  decode.py warned of that, training did not."""
+  english = tmp_path / 'valid.en'
+  english.write_text('In the beginning God created the heaven and the earth.\n' * 10, encoding='utf-8')
+  chinese = tmp_path / 'valid.zh'
+  chinese.write_text('起初神创造天地。\n地是空虚混沌。\n' * 5, encoding='utf-8')
+  config = tiny_config.copy_and_resolve_references()
+  config.dataset.validation_files = (str(english), str(chinese))
+  config.num_train_steps, config.eval_every_steps, config.checkpoint_every_steps = 2, 2, 2
+  config.eval_bleu_sentences, config.keep_best_checkpoint = 2, False
+  with caplog.at_level(logging.WARNING):
+    train_lib.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert 'mostly Chinese, Japanese or Korean' in caplog.text and 'config.eval_bleu_tokenize=zh' in caplog.text
+
+
 def test_a_warm_up_longer_than_the_run_is_named(caplog):
   """The quickstart's 200 warm-up steps in a 100-step run: the rate never reached its peak, without a word."""
   from fastmt.configs import quickstart  # pylint: disable=g-import-not-at-top
