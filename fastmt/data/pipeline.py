@@ -6,12 +6,12 @@ import itertools
 import json
 import logging
 import os
-import tempfile
 
 import numpy as np
 
 from fastmt.data import batching, corpus, distilled
-from fastmt.data.tokenizer import RESERVED_SYMBOLS, UNK_ID, Tokenizer, extend_with_reserved, train_tokenizer
+from fastmt.data.tokenizer import (RESERVED_SYMBOLS, UNK_ID, Tokenizer, extend_with_reserved, train_tokenizer,
+                                   write_whole)
 from fastmt.workdir import TOKENIZER_FILE, has_checkpoints
 
 logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
@@ -84,12 +84,7 @@ def _write_vocabulary_record(workdir: str, record: dict) -> None:
   """workdir/vocabulary.json: what its spm.model was trained for (_vocabulary_record), or the vocabulary it was
   copied from ({'copied_from': path}: a run that starts again without init_from or distilled_dir, before any
   checkpoint, then trains its own instead of keeping another model's)."""
-  # A temporary file of its own: every host of a multi-host run gets here, perhaps in one shared directory.
-  handle, temporary = tempfile.mkstemp(dir=workdir, prefix=VOCABULARY_RECORD + '.')
-  with os.fdopen(handle, 'w', encoding='utf-8') as f:
-    json.dump(record, f, indent=2)
-  os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from a shared directory's other users
-  os.replace(temporary, os.path.join(workdir, VOCABULARY_RECORD))
+  write_whole(os.path.join(workdir, VOCABULARY_RECORD), json.dumps(record, indent=2).encode('utf-8'))
 
 
 UNKNOWN_WARNING_FRACTION = 0.01  # of the training tokens: a few rare characters are normal, more is a mismatch

@@ -59,10 +59,10 @@ def _proto(model_path: str):
 NORMALIZATIONS = ('nmt_nfkc', 'nfkc', 'nmt_nfkc_cf', 'nfkc_cf', 'identity')
 
 
-def _write_whole(path: str, data: bytes) -> None:
+def write_whole(path: str, data: bytes) -> None:
   """path holds `data` whole, or what it held before: written through a temporary file of this process's own.
-  The hosts of a multi-host run all write the vocabulary, perhaps into one shared directory, while another may
-  read it (one host read another's half-written copy: 'unk is not defined')."""
+  The hosts of a multi-host run all write the vocabulary and its record, perhaps into one shared directory,
+  while another may read them (one host read another's half-written copy: 'unk is not defined')."""
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   handle, tmp_path = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + '.')
@@ -86,7 +86,7 @@ def extend_with_reserved(model_path: str, output_path: str) -> list[str]:
     piece = proto.pieces.add()
     piece.piece, piece.score = symbol, 0.0
     piece.type = piece.USER_DEFINED
-  _write_whole(output_path, proto.SerializeToString())
+  write_whole(output_path, proto.SerializeToString())
   return added
 
 
@@ -245,7 +245,7 @@ def train_tokenizer(texts: list[str], model_path: str, vocab_size: int, max_sent
                'SentencePiece skips (a file whose lines end in CR only reads as one line)')
     raise FastmtError(f'cannot train a {vocab_size}-piece vocabulary on {len(texts)} training sentences: '
                       f'{reason} ({hint})') from None
-  _write_whole(model_path, model.getvalue())
+  write_whole(model_path, model.getvalue())
   logger.info('Trained a %d-piece SentencePiece model on %d sentences -> %s', vocab_size, len(texts),
               model_path)
   return Tokenizer(model_path)
