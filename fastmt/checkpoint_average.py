@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from fastmt import cli, workdir as workdir_lib
+from fastmt import cli, files, workdir as workdir_lib
 from fastmt.errors import FastmtError, MissingError
 
 AVERAGED_FROM_FILE = 'averaged_from.json'
@@ -115,8 +115,8 @@ def write_averaged_workdir(workdir: str, output: str, params, steps, dtype: str 
   manager = workdir_lib.checkpoint_manager(output)
   manager.save(steps[-1], args=ocp.args.StandardSave({'params': params}))
   manager.wait_until_finished()
-  with open(os.path.join(output, AVERAGED_FROM_FILE), 'w') as f:
-    json.dump({'workdir': os.path.abspath(workdir), 'steps': steps, 'stored_dtype': dtype}, f, indent=1)
+  files.write_whole(os.path.join(output, AVERAGED_FROM_FILE),
+                    json.dumps({'workdir': os.path.abspath(workdir), 'steps': steps, 'stored_dtype': dtype}, indent=1))
 
 
 FLAGS = flags.FLAGS

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from fastmt import cli, models, projection, workdir as workdir_lib
+from fastmt import cli, files, models, projection, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.data.batching import pad_batch
 from fastmt import translate
@@ -89,9 +89,8 @@ def save_clusters(directory: str, clusters: projection.Clusters, metadata: dict)
   checkpointer = ocp.StandardCheckpointer()
   checkpointer.save(os.path.join(directory, 'arrays'), arrays, force=True)
   checkpointer.wait_until_finished()
-  with open(path + '.tmp', 'w') as f:
-    json.dump({**metadata, 'vocab_size': clusters.vocab_size, 'capacity': clusters.capacity}, f, indent=1)
-  os.replace(path + '.tmp', path)
+  files.write_whole(path, json.dumps({**metadata, 'vocab_size': clusters.vocab_size, 'capacity': clusters.capacity},
+                                     indent=1))
 
 
 def built_direction(directory: str) -> str | None:

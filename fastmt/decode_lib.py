@@ -24,7 +24,7 @@ from typing import Iterator
 import numpy as np
 import sacrebleu
 
-from fastmt import few_rows, precision, progress, width, workdir as workdir_lib
+from fastmt import few_rows, files, precision, progress, width, workdir as workdir_lib
 from fastmt.config import ModelConfig
 from fastmt.data import corpus
 from fastmt.data.tokenizer import Tokenizer
@@ -274,23 +274,15 @@ def load_draft_table(workdir: str) -> np.ndarray:
                   f'{workdir_lib.TRAIN_CONFIG_FILE}, which cannot be read now: {e}') from e
   logger.info('Building the bigram draft table of %d training targets for %s', len(targets), workdir)
   table = drafts.bigram_table(tokenizer.encode(targets), tokenizer.vocab_size)
-  # A cache only: a work directory that cannot be written (read-only, shared) decodes all the same. Its own
-  # temporary name, so two processes building it at once never write one file.
-  temporary = None
+  # A cache only: a work directory that cannot be written (read-only, shared) decodes all the same.
+  # files.write_whole's temporary name is its own, so two processes building it at once never write one file.
+  buffer = io.BytesIO()
+  np.save(buffer, table)
   try:
-    handle, temporary = tempfile.mkstemp(dir=workdir, prefix='.' + DRAFT_TABLE_FILE, suffix='.npy')
-    with os.fdopen(handle, 'wb') as f:
-      np.save(f, table)
-    os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide the cache from the directory's other users
-    os.replace(temporary, path)
+    files.write_whole(path, buffer.getvalue())
   except OSError as e:
     logger.warning('The bigram draft table is not cached in %s (%s): the next decode builds it again', workdir,
                    e.strerror or e)
-    if temporary and os.path.exists(temporary):
-      try:
-        os.remove(temporary)
-      except OSError:
-        pass
   return table
 
 

@@ -32,7 +32,7 @@ import time
 
 from absl import flags, logging as absl_logging
 
-from fastmt import cli, workdir as workdir_lib
+from fastmt import cli, files, workdir as workdir_lib
 from fastmt.decode_lib import one_line
 from fastmt.data import corpus
 from fastmt.data.distilled import (DISTILLED_FILE, MANIFEST_FILE, OUTPUTS_AT_CAP, check_same_vocabulary,  # noqa: F401
@@ -177,11 +177,7 @@ def _resume_point(output_dir: str, manifest: dict) -> int:
 def _write_manifest(output_dir: str, manifest: dict) -> None:
   """Atomically: a kill leaves either the old or the new manifest, never half of one."""
   path = os.path.join(output_dir, MANIFEST_FILE)
-  with open(path + '.tmp', 'w') as f:
-    json.dump(manifest, f, indent=1)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(path + '.tmp', path)
+  files.write_whole(path, json.dumps(manifest, indent=1))
 
 
 def split_to_distil(requested: str | None, teacher_dataset) -> str:

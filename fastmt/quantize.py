@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fastmt import few_rows, kernels
+from fastmt import few_rows, files, kernels
 from fastmt.errors import FastmtError
 
 # ModelConfig.quantization values: '' = float; 'int8' = every matrix; 'int8_layers' = attention and
@@ -243,10 +243,9 @@ def save(directory: str, config, params) -> None:
   if not config.quantization:
     raise FastmtError('save() writes quantized models: quantize first (fastmt.precision.for_inference)')
   os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, CONFIG_FILE), 'w') as f:
-    f.write(config.to_json())
-  with open(os.path.join(directory, PARAMS_FILE), 'wb') as f:
-    f.write(serialization.msgpack_serialize(jax.tree_util.tree_map(np.asarray, without_kernel_layout(params))))
+  files.write_whole(os.path.join(directory, CONFIG_FILE), config.to_json())
+  files.write_whole(os.path.join(directory, PARAMS_FILE),
+                    serialization.msgpack_serialize(jax.tree_util.tree_map(np.asarray, without_kernel_layout(params))))
 
 
 def load(directory: str):

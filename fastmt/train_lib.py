@@ -27,7 +27,7 @@ from flax.training import train_state
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from fastmt import decode_lib, models, objectives, progress as progress_lib, workdir as workdir_lib
+from fastmt import decode_lib, files, models, objectives, progress as progress_lib, workdir as workdir_lib
 from fastmt.config import ModelConfig, check_training_keys
 from fastmt.errors import FastmtError
 from fastmt.data import corpus, distilled, pipeline
@@ -147,9 +147,7 @@ def check_or_save_model_config(workdir: str, model_config: ModelConfig):
       raise FastmtError(f'{workdir} holds a checkpoint of another model config; differing fields '
                        f'(saved, requested): {diff}. Use a new --workdir or the saved config.')
   elif jax.process_index() == 0:  # new, or left by a start that failed before its first checkpoint
-    os.makedirs(workdir, exist_ok=True)
-    with open(path, 'w') as f:
-      f.write(model_config.to_json())
+    files.write_whole(path, model_config.to_json())
 
 
 def validation_bleu(params, model_config, tokenizer, validation, num_sentences: int, objective: str = 'at',
@@ -271,9 +269,7 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
   _record_batch_plan(workdir, data.train_batches)
   if jax.process_index() == 0:  # whole or not at all: a half-written record would hide the next run's changes
     path = os.path.join(workdir, TRAIN_CONFIG_FILE)
-    with open(path + '.tmp', 'w') as f:
-      f.write(config.to_json(indent=2))
-    os.replace(path + '.tmp', path)
+    files.write_whole(path, config.to_json(indent=2))
 
   state = jax.device_put(initial_state(model_config, config), replicated)
   manager = workdir_lib.checkpoint_manager(workdir, config.max_checkpoints_to_keep, training=True)
@@ -461,9 +457,7 @@ def _record_batch_plan(workdir: str, batches) -> None:
                      '(%s records the plans)', plan['devices'],
                      plan['batches_per_epoch'], recorded.get('devices'), recorded.get('batches_per_epoch'), path)
   if jax.process_index() == 0:
-    with open(path + '.tmp', 'w', encoding='utf-8') as f:
-      json.dump(plan, f, indent=2)
-    os.replace(path + '.tmp', path)
+    files.write_whole(path, json.dumps(plan, indent=2))
 
 
 # What shapes the steps still to train (their learning rates, their updates): changed on a resume, the run is
@@ -654,9 +648,7 @@ def _forget_history_after(workdir, step: int):
     lines = f.readlines()
   kept = [line for line in lines if _logged_step(line) <= step]
   if len(kept) < len(lines):
-    with open(path + '.tmp', 'w') as f:
-      f.writelines(kept)
-    os.replace(path + '.tmp', path)
+    files.write_whole(path, ''.join(kept))
 
 
 def _logged_step(line: str) -> float:

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from fastmt import models
+from fastmt import files, models
 from fastmt.config import ModelConfig
 from fastmt.data.tokenizer import Tokenizer
 from fastmt.errors import FastmtError, MissingError
@@ -130,10 +130,8 @@ def save_objective(workdir: str, objective: str, options: dict | None = None) ->
                         '--config.init_from)')
     return
   if jax.process_index() == 0:
-    os.makedirs(workdir, exist_ok=True)
     record = {'objective': objective, **({'options': options} if options else {})}
-    with open(path, 'w') as f:
-      json.dump(record, f, indent=2, sort_keys=True)
+    files.write_whole(path, json.dumps(record, indent=2, sort_keys=True))
 
 
 @contextlib.contextmanager

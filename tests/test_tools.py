@@ -362,3 +362,48 @@ def test_timing_rounds_put_every_method_everywhere_and_after_every_other_equally
     pairs = [(a, b) for order in orders for a, b in zip(order, order[1:])]
     counts = {pair: pairs.count(pair) for pair in set(pairs)}
     assert len(counts) == n * (n - 1) and len(set(counts.values())) == 1  # every neighbour equally often
+
+
+def test_a_work_directory_record_is_written_whole_or_left_as_it_was(tmp_path, monkeypatch):
+  """files.write_whole, the one writer of the work directory's records (vocabulary, configs, objective,
+  manifests, caches): a full disk or an interrupt mid-write leaves the old file and no temporary one (the
+  records' writers each had their own: a fixed 'name.tmp' shared by two writers, left behind by a failure, or
+  no temporary file at all, so a kill left half a record)."""
+  from fastmt import files  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'record.json'
+  files.write_whole(str(path), '{"old": "ü"}')
+  assert json.loads(path.read_text(encoding='utf-8')) == {'old': 'ü'}
+  assert oct(path.stat().st_mode & 0o777) == oct(0o644)  # readable by the directory's other users
+  files.write_whole(str(path), b'{"new": 1}')
+  assert json.loads(path.read_bytes()) == {'new': 1}
+
+  def full_disk(fd):
+    raise OSError(28, 'No space left on device')
+  monkeypatch.setattr(os, 'fsync', full_disk)
+  with pytest.raises(OSError, match='No space'):
+    files.write_whole(str(path), '{"half": ')
+  monkeypatch.undo()
+
+  def interrupted(source, target):
+    raise KeyboardInterrupt
+  monkeypatch.setattr(os, 'replace', interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    files.write_whole(str(path), '{"never": 1}')
+  monkeypatch.undo()
+  assert json.loads(path.read_bytes()) == {'new': 1}
+  assert os.listdir(tmp_path) == ['record.json']
+
+
+def test_the_records_writers_leave_no_temporary_file_when_the_disk_is_full(tmp_path, monkeypatch):
+  """The train config, the batch plan, the distillation manifest and the objective went through 'path.tmp'
+  or open(path, 'w'): a failure left 'path.tmp' beside the record or half a record in its place."""
+  workdir_lib.save_objective(str(tmp_path), 'at', {})
+  before = sorted(os.listdir(tmp_path))
+
+  def full_disk(fd):
+    raise OSError(28, 'No space left on device')
+  monkeypatch.setattr(os, 'fsync', full_disk)
+  with pytest.raises(OSError):
+    distill._write_manifest(str(tmp_path), {'sentences': 3})
+  monkeypatch.undo()
+  assert sorted(os.listdir(tmp_path)) == before

@@ -10,8 +10,8 @@ import os
 import numpy as np
 
 from fastmt.data import batching, corpus, distilled
-from fastmt.data.tokenizer import (RESERVED_SYMBOLS, UNK_ID, Tokenizer, extend_with_reserved, train_tokenizer,
-                                   write_whole)
+from fastmt.data.tokenizer import RESERVED_SYMBOLS, UNK_ID, Tokenizer, extend_with_reserved, train_tokenizer
+from fastmt.files import write_whole
 from fastmt.workdir import TOKENIZER_FILE, has_checkpoints
 
 logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name

@@ -15,12 +15,12 @@ import io
 import logging
 import os
 import random
-import tempfile
 
 import numpy as np
 import sentencepiece as spm
 
 from fastmt.errors import FastmtError
+from fastmt.files import write_whole
 
 logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
 
@@ -57,19 +57,6 @@ def _proto(model_path: str):
 # SentencePiece's normalization rules (config.vocab_normalization): what a vocabulary rewrites text into before
 # splitting it, and so the form every output is written in. 'nmt_nfkc' is SentencePiece's default.
 NORMALIZATIONS = ('nmt_nfkc', 'nfkc', 'nmt_nfkc_cf', 'nfkc_cf', 'identity')
-
-
-def write_whole(path: str, data: bytes) -> None:
-  """path holds `data` whole, or what it held before: written through a temporary file of this process's own.
-  The hosts of a multi-host run all write the vocabulary and its record, perhaps into one shared directory,
-  while another may read them (one host read another's half-written copy: 'unk is not defined')."""
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  handle, tmp_path = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + '.')
-  with os.fdopen(handle, 'wb') as f:
-    f.write(data)
-  os.chmod(tmp_path, 0o644)  # mkstemp's 0600 would hide it from a shared directory's other users
-  os.replace(tmp_path, path)
 
 
 def extend_with_reserved(model_path: str, output_path: str) -> list[str]:

@@ -1,0 +1,39 @@
+"""Small files written whole or not at all: the records of a work directory and its caches.
+
+A kill, a full disk or a second process (another host of a multi-host run, two decode.py runs building one
+cache) must never leave half a file where a reader looks: a half-written vocabulary record hides the next
+run's changes, a half-written manifest or config is unreadable. Each write goes to a temporary file of this
+call's own beside the target, reaches the disk, and replaces the target in one rename.
+
+(Checkpoints are orbax's; decode.py's output, written as it is translated, has a temporary file of its own:
+fastmt.decode_lib.replaced_on_success.)
+"""
+
+import os
+import tempfile
+
+
+def write_whole(path: str, data: bytes | str) -> None:
+  """path holds `data` (str: UTF-8) whole, or what it held before; no temporary file is left either way.
+
+  The temporary name is this call's own (a fixed 'path.tmp' let two writers write one file), and the file is
+  made readable by the directory's other users (mkstemp's mode is 0600). Raises OSError when the directory
+  cannot be written or the disk is full; the target is then as it was."""
+  if isinstance(data, str):
+    data = data.encode('utf-8')
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  handle, temporary = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.', suffix='.partial')
+  try:
+    with os.fdopen(handle, 'wb') as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())  # on disk before the rename: after a crash, the old file or the new, never an empty one
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, path)
+  except BaseException:  # a full disk, a kill (its exception) or Ctrl-C: the temporary file goes
+    try:
+      os.remove(temporary)
+    except OSError:
+      pass
+    raise
