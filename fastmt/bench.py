@@ -292,9 +292,7 @@ def measure(translators: dict, sources, references=None, batch_size: int = 32, s
     log(f'{label}: BLEU {r.bleu:.2f} chrF {r.chrf:.2f} length ratio {r.length_ratio:.3f} '
         f'calls/sentence {r.decoder_calls_per_sentence:.2f} '
         f'({time.perf_counter() - start:.0f} s)')
-    # the batch-1 identity is the exact decoders' check: a beam search (beam:K, ib:K, hrt:B:N, a compared
-    # model's too, 'NAME/beam:4') is not greedy at any batch size, and its batch-1 pass is the slowest
-    if exactness_at_batch1 and translator.settings.beam_size <= 1:
+    if exactness_at_batch1 and _searches_one_hypothesis(translator):
       with translate.quiet_repeated_warnings():  # the same sentences as the pass above
         hypotheses_b1[label], _ = translator.translate(sources, 1)
       if references is not None:  # differs from the batched BLEU where outputs depend on the batch (clusters)
@@ -356,6 +354,15 @@ def environment_facts(**extra) -> dict:
   """The machine and software a measurement ran on (every figure names them)."""
   return {**extra, 'nproc': os.cpu_count(), 'cpu': _cpu_model(), 'jax': jax.__version__,
           'device': str(jax.devices()[0]), 'date': time.strftime('%Y-%m-%d'), 'python': platform.python_version()}
+
+
+def _searches_one_hypothesis(translator) -> bool:
+  """Whether the batch-1 identity pass applies: it is the exact decoders' check. A beam search (beam:K, ib:K,
+  hrt:B:N, a compared model's too, 'NAME/beam:4') is not greedy at any batch size, and its batch-1 pass is the
+  slowest; spec:auto (an AutoWidthTranslator, no settings of its own) chooses among greedy and exact spec."""
+  if isinstance(translator, width.AutoWidthTranslator):
+    return True
+  return translator.settings.beam_size <= 1
 
 
 def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, batch_size: int = 32,

@@ -141,3 +141,17 @@ def test_the_library_and_decode_py_choose_a_width_and_translate_as_greedy(traine
     result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--input',
                              str(src), *flags], capture_output=True, text=True, cwd=REPO)
     assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr
+
+
+def test_the_bench_checks_spec_auto_at_batch_1_too(trained_workdir, tiny_config):
+  """fastmt-bench with spec:auto and its batch-1 identity pass (the default) crashed after translating the whole
+  split ('AutoWidthTranslator' object has no attribute 'settings'): the pass asked each translator for its beam
+  size, and spec:auto's chooser has none of its own."""
+  from fastmt import bench  # pylint: disable=g-import-not-at-top
+  from fastmt.data import corpus  # pylint: disable=g-import-not-at-top
+  test = corpus.load_split(tiny_config.dataset, 'test')
+  results, _, _ = bench.run_benchmark(
+      trained_workdir, test.sources[:4], test.targets[:4], ['greedy', 'spec:auto+ngram'], batch_size=2,
+      speed_sentences=2, large_batch_sentences=4, repeats=1, exactness_at_batch1=True, log=lambda *_: None)
+  auto = next(r for r in results if r.method == 'spec:auto+ngram')
+  assert auto.identical_to_greedy == '4/4 (b1: 4/4)'
