@@ -672,14 +672,8 @@ def _replaced_on_success(path: str):
   except BaseException:
     os.remove(temporary)
     raise
-  if os.path.exists(target):
-    mode = stat.S_IMODE(os.stat(target).st_mode)  # the file's own permissions, private or shared
-  else:
-    umask = os.umask(0)  # the mode open() would give a new file (mkstemp's is 0600)
-    os.umask(umask)
-    mode = 0o666 & ~umask
   try:
-    os.chmod(temporary, mode)
+    os.chmod(temporary, files.mode_for(target))
     os.replace(temporary, target)
   except OSError as e:
     raise FastmtError(f'the translation is complete but could not replace {path!r} ({e.strerror or e}); it is '

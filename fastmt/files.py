@@ -10,15 +10,41 @@ fastmt.decode_lib.replaced_on_success.)
 """
 
 import os
+import stat
 import tempfile
+
+
+def mode_for(path: str) -> int:
+  """The permission bits a file written to `path` gets: an existing file's own (private or shared), else
+  what open(path, 'w') would give a new one (0666 less the umask). A temporary file is made 0600 and would
+  otherwise pass that on to the file it replaces."""
+  try:
+    return stat.S_IMODE(os.stat(path).st_mode)
+  except FileNotFoundError:
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+  # /proc says it without changing it; os.umask can only be read by setting it, a moment in which another
+  # thread's new files would get the wrong mode.
+  try:
+    with open('/proc/self/status', encoding='ascii') as f:
+      for line in f:
+        if line.startswith('Umask:'):
+          return int(line.split()[1], 8)
+  except (OSError, ValueError):
+    pass
+  umask = os.umask(0)
+  os.umask(umask)
+  return umask
 
 
 def write_whole(path: str, data: bytes | str) -> None:
   """path holds `data` (str: UTF-8) whole, or what it held before; no temporary file is left either way.
 
-  The temporary name is this call's own (a fixed 'path.tmp' let two writers write one file), and the file is
-  made readable by the directory's other users (mkstemp's mode is 0600). Raises OSError when the directory
-  cannot be written or the disk is full; the target is then as it was."""
+  The temporary name is this call's own (a fixed 'path.tmp' let two writers write one file); the file gets the
+  mode mode_for(path) says, not mkstemp's 0600 (which hid a shared directory's records from its other users).
+  Raises OSError when the directory cannot be written or the disk is full; the target is then as it was."""
   if isinstance(data, str):
     data = data.encode('utf-8')
   directory = os.path.dirname(os.path.abspath(path))
@@ -29,7 +55,7 @@ def write_whole(path: str, data: bytes | str) -> None:
       f.write(data)
       f.flush()
       os.fsync(f.fileno())  # on disk before the rename: after a crash, the old file or the new, never an empty one
-    os.chmod(temporary, 0o644)
+    os.chmod(temporary, mode_for(path))
     os.replace(temporary, path)
   except BaseException:  # a full disk, a kill (its exception) or Ctrl-C: the temporary file goes
     try:

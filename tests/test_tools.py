@@ -371,11 +371,21 @@ def test_a_work_directory_record_is_written_whole_or_left_as_it_was(tmp_path, mo
   no temporary file at all, so a kill left half a record)."""
   from fastmt import files  # pylint: disable=g-import-not-at-top
   path = tmp_path / 'record.json'
-  files.write_whole(str(path), '{"old": "ü"}')
-  assert json.loads(path.read_text(encoding='utf-8')) == {'old': 'ü'}
-  assert oct(path.stat().st_mode & 0o777) == oct(0o644)  # readable by the directory's other users
-  files.write_whole(str(path), b'{"new": 1}')
-  assert json.loads(path.read_bytes()) == {'new': 1}
+  umask = os.umask(0o022)
+  try:
+    files.write_whole(str(path), '{"old": "ü"}')
+    assert json.loads(path.read_text(encoding='utf-8')) == {'old': 'ü'}
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)  # as open() makes it, not mkstemp's 0600
+    path.chmod(0o640)
+    files.write_whole(str(path), b'{"new": 1}')
+    assert json.loads(path.read_bytes()) == {'new': 1}
+    assert oct(path.stat().st_mode & 0o777) == oct(0o640)  # a file's own permissions are kept
+    os.umask(0o077)  # a user who keeps new files private
+    files.write_whole(str(tmp_path / 'private.json'), '{}')
+    assert oct((tmp_path / 'private.json').stat().st_mode & 0o777) == oct(0o600)
+  finally:
+    os.umask(umask)
+  (tmp_path / 'private.json').unlink()
 
   def full_disk(fd):
     raise OSError(28, 'No space left on device')
@@ -395,8 +405,8 @@ def test_a_work_directory_record_is_written_whole_or_left_as_it_was(tmp_path, mo
 
 
 def test_the_records_writers_leave_no_temporary_file_when_the_disk_is_full(tmp_path, monkeypatch):
-  """The train config, the batch plan, the distillation manifest and the objective went through 'path.tmp'
-  or open(path, 'w'): a failure left 'path.tmp' beside the record or half a record in its place."""
+  """The distillation manifest (like the train config, batch plan and history) went through a fixed
+  'path.tmp', which a failure left beside the record; now through files.write_whole."""
   workdir_lib.save_objective(str(tmp_path), 'at', {})
   before = sorted(os.listdir(tmp_path))
 
