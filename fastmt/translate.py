@@ -35,7 +35,7 @@ import numpy as np
 
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from fastmt import few_rows, kernels, models, objectives, precision, projection, quantize, streaming
+from fastmt import executables, few_rows, kernels, models, objectives, precision, projection, quantize, streaming
 from fastmt.objectives import hrt as hrt_objective
 from fastmt.objectives import selfdraft
 from fastmt.config import ModelConfig
@@ -473,7 +473,8 @@ class Translator:
     # --drafter ngram's memory of earlier outputs (tokens; 0 = none): one more input of every compiled decoder.
     self.recent_size = settings.ngram_memory if registry.get(settings.algorithm).uses_recent_outputs(settings) else 0
     self._decode = jax.jit(functools.partial(decode_source_batch, config=config, settings=settings))
-    self._compiled = {}  # (rows, bucket) -> compiled executable
+    # (rows, bucket) -> compiled executable; the least recently used may be dropped (fastmt.executables)
+    self._compiled = {}
     self._compile_lock = threading.Lock()  # threads sharing a translator compile each new shape once
     self.compiler_options = dict(compiler_options or {})
     self.buckets = source_buckets(config.max_length)
@@ -540,22 +541,31 @@ class Translator:
   def _executable(self, rows: int, bucket: int, stats: TranslationStats | None):
     """The compiled decoder of one (rows, bucket) shape, compiled ahead of time so its cost is counted."""
     key = (rows, bucket)
-    if key in self._compiled:
-      return self._compiled[key]
-    with self._compile_lock:
-      if key in self._compiled:  # another thread compiled it while this one waited
-        return self._compiled[key]
-      start = time.perf_counter()
-      spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self.rows_sharding)
-      recent = None
-      if self.recent_size:
-        recent = jax.ShapeDtypeStruct((self.recent_size,), jnp.int32, sharding=NamedSharding(self.mesh, P()))
-      self._compiled[key] = self._decode.lower(self.params, spec((rows, bucket)), spec((rows,)), self.clusters,
-                                               self.draft_table, self.output_projection, self.drafter,
-                                               recent).compile(self.compiler_options or None)
-      if stats is not None:
-        stats.compile_seconds += time.perf_counter() - start
-    return self._compiled[key]
+    # get, not `in` then [key]: the process's registry (fastmt.executables) may drop it from another thread.
+    executable = self._compiled.get(key)
+    if executable is None:
+      with self._compile_lock:
+        executable = self._compiled.get(key)  # another thread may have compiled it while this one waited
+        if executable is None:
+          executable = self._compile(rows, bucket, stats)
+    executables.PROCESS.used(self, key)
+    return executable
+
+  def _compile(self, rows: int, bucket: int, stats: TranslationStats | None):
+    executables.PROCESS.make_room()  # under vm.max_map_count: XLA aborts a compile that meets it
+    start = time.perf_counter()
+    spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self.rows_sharding)
+    recent = None
+    if self.recent_size:
+      recent = jax.ShapeDtypeStruct((self.recent_size,), jnp.int32, sharding=NamedSharding(self.mesh, P()))
+    executable = self._decode.lower(self.params, spec((rows, bucket)), spec((rows,)), self.clusters,
+                                    self.draft_table, self.output_projection, self.drafter,
+                                    recent).compile(self.compiler_options or None)
+    if stats is not None:
+      stats.compile_seconds += time.perf_counter() - start
+    self._compiled[(rows, bucket)] = executable
+    executables.PROCESS.kept(self, (rows, bucket))
+    return executable
 
   def decode_batch(self, source: np.ndarray, row_caps=None, stats: TranslationStats | None = None,
                    recent_outputs=None) -> DecodeOutput:

@@ -23,15 +23,19 @@ class FakeClock:
 
 
 class FakeTranslator:
-  """Costs `seconds_by_batch[batch_size]` of the fake clock per translate call; returns its name per line."""
+  """Costs `seconds_by_batch[batch_size]` of the fake clock per translate call; returns its name per line.
+  compiles: seconds of compiling its calls report, in turn (then none), added to the clock too."""
 
-  def __init__(self, name, clock, seconds_by_batch):
+  def __init__(self, name, clock, seconds_by_batch, compiles=()):
     self.name, self.clock, self.seconds_by_batch, self.calls = name, clock, seconds_by_batch, []
+    self.compiles = list(compiles)
 
   def translate(self, texts, batch_size=32):
+    from fastmt.translate import TranslationStats  # pylint: disable=g-import-not-at-top
     self.calls.append((len(texts), batch_size))
-    self.clock.now += self.seconds_by_batch[batch_size]
-    return [self.name] * len(texts), None
+    stats = TranslationStats(compile_seconds=self.compiles.pop(0) if self.compiles else 0.0)
+    self.clock.now += self.seconds_by_batch[batch_size] + stats.compile_seconds
+    return [self.name] * len(texts), stats
 
 
 def auto(costs, **kwargs):
@@ -56,6 +60,27 @@ def test_the_fastest_width_is_chosen_per_batch_size_and_only_once():
   calls = len(translators[3].calls)
   chooser.translate(['a'], batch_size=1)
   assert len(translators[3].calls) == calls + 1  # chosen before: no new calibration
+
+
+def test_a_compile_during_the_timed_passes_is_not_counted_as_decoding():
+  # A shape dropped under vm.max_map_count (fastmt.executables) compiles again in a timed pass: three of W=2's
+  # five timed passes compile for 5 s each (after 3 s in its warm-up). Counted, W=2 (0.8 s) would lose to greedy.
+  clock = FakeClock()
+  translators = {1: FakeTranslator('W1', clock, {1: 1.0}),
+                 2: FakeTranslator('W2', clock, {1: 0.8}, compiles=[3.0, 5.0, 5.0, 5.0])}
+  chooser = width.AutoWidthTranslator(translators, ['s'] * 30, clock=clock, log=lambda m: None)
+  assert chooser.width_for(1) == 2
+  assert chooser.choices[1][1] == pytest.approx({1: 1.0, 2: 0.8})
+
+
+def test_the_bench_leaves_a_compile_in_a_timed_pass_out_of_its_time(monkeypatch):
+  from fastmt import bench  # pylint: disable=g-import-not-at-top
+  clock = FakeClock()
+  monkeypatch.setattr(bench.time, 'perf_counter', clock)
+  translators = {'greedy': FakeTranslator('g', clock, {1: 1.0}),
+                 'spec:4': FakeTranslator('s', clock, {1: 0.5}, compiles=[2.0, 0.0, 7.0])}  # warm-up, timed
+  times, _ = bench._interleaved_times(translators, ['a', 'b'], 1, repeats=3)
+  assert times == {'greedy': [1.0, 1.0, 1.0], 'spec:4': [0.5, 0.5, 0.5]}
 
 
 def test_a_wide_window_must_beat_greedy_by_the_margin():
