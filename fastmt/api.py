@@ -149,7 +149,7 @@ class TranslationModel:
   def choose_width(self, batch_size: int = 32, calibration=None, clusters: str | None = None, draft_model=None,
                    **settings) -> int:
     """The window W of algorithm='spec' (with these settings: drafter, ...) that translates fastest on this
-    machine at this batch size, or 1 where greedy itself is fastest: each of fastmt.width.WIDTHS and greedy
+    machine at this batch size, or 1 where greedy itself is fastest: each of fastmt.width.widths_for(drafter) and greedy
     timed on `calibration` sentences (default: the work directory's validation split; fastmt.width). The
     output is greedy's whatever W is; translate then with algorithm='spec', block_size=W (or 'greedy' for 1):
     the timed translators are kept, compiled."""

@@ -76,7 +76,7 @@ def parse_method(spec: str, allow_auto: bool = False) -> tuple[str, DecodeSettin
     if not allow_auto:
       raise FastmtError(f'{label}: spec:auto chooses among decoders by timing them (fastmt.bench, decode.py '
                         '--block_size auto); name a width here, e.g. spec:2')
-    args = [str(width.WIDTHS[-1])]
+    args = [str(max(width.widths_for(init or 'self')))]
   if name in _METHOD_FORMS:
     most, suffixes, example = _METHOD_FORMS[name]
     if len(args) > most:

@@ -388,7 +388,7 @@ def load_fastest_spec_translator(workdir: str, settings: DecodeSettings, batch_s
                                  clusters_dir: str | None = None, dtype: str = 'float32', checkpoint='latest',
                                  drafter_workdir: str | None = None, float32_kernel: bool = False) -> WidthChoice:
   """--algorithm spec --block_size auto: whichever translates fastest at batch_size here, greedy (the window of
-  width 1) or spec with these settings at each width of fastmt.width.WIDTHS, timed on the work directory's
+  width 1) or spec with these settings at each of fastmt.width.widths_for(drafter), timed on the work directory's
   validation sentences (fastmt.width); the checkpoint and drafter load once. The output is greedy's whichever
   wins."""
   candidates = width.candidate_settings(settings)  # an error for another algorithm than spec

@@ -22,20 +22,30 @@ from fastmt.errors import FastmtError
 
 logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its level or handlers by name
 
-WIDTHS = (2, 3, 4)  # the candidate windows besides width 1 (greedy's step)
+WIDTHS = (2, 3, 4)  # the candidate windows besides width 1 (greedy's step), for most drafters
+# The model's own int8 copy drafts by decoding, so its drafts hold up the whole window: on the Transformer-base-
+# sized model of docs/BENCHMARKS.md section 7, 2.88 / 3.76 / 5.42 / 6.96 tokens a call at W = 3 / 4 / 6 / 8 and
+# 1.25x / 1.38x / 1.48x / 1.57x greedy at batch 1 on 2 cores, the widest fastest. Its candidates go that far.
+DRAFTER_WIDTHS = {'int8': (2, 4, 6, 8)}
 CALIBRATION_SPLIT = 'validation'  # what the widths are timed on by default: never a split being scored
+
+
+def widths_for(drafter: str) -> tuple[int, ...]:
+  """The candidate windows (besides width 1) of spec:auto with this drafter."""
+  return DRAFTER_WIDTHS.get(drafter, WIDTHS)
 
 
 def candidate_settings(settings):
   """{width: DecodeSettings} of the candidates for spec `settings`: greedy at width 1 (with the same output
-  caps, so both decode the same sentences alike) and spec with these settings at each of WIDTHS."""
+  caps, so both decode the same sentences alike) and spec with these settings at each of widths_for(its
+  drafter)."""
   import dataclasses  # pylint: disable=g-import-not-at-top
   from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
   if settings.algorithm != 'spec':
     raise FastmtError(f'the window chosen by timing (--block_size auto, spec:auto) is --algorithm spec\'s, '
                       f'not {settings.algorithm}\'s')
   return {1: DecodeSettings('greedy', output_length_ratio=settings.output_length_ratio),
-          **{w: dataclasses.replace(settings, block_size=w) for w in WIDTHS}}
+          **{w: dataclasses.replace(settings, block_size=w) for w in widths_for(settings.drafter)}}
 
 
 def calibration_sentences(workdir: str, split: str = CALIBRATION_SPLIT) -> list[str]:

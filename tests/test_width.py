@@ -99,6 +99,11 @@ def test_the_candidates_are_greedy_and_spec_at_every_width():
     assert (candidates[w].algorithm, candidates[w].block_size, candidates[w].drafter) == ('spec', w, 'ngram')
   with pytest.raises(FastmtError, match="is --algorithm spec's"):
     width.candidate_settings(DecodeSettings('pgj'))
+  # The int8 copy's drafts hold up over wider windows (docs/BENCHMARKS.md section 7): its candidates go to 8.
+  assert sorted(width.candidate_settings(DecodeSettings('spec', drafter='int8'))) == [1, 2, 4, 6, 8]
+  from fastmt import bench  # pylint: disable=g-import-not-at-top
+  assert bench.parse_method('spec:auto+int8', allow_auto=True)[1].block_size == 8
+  assert bench.parse_method('spec:auto+ngram8', allow_auto=True)[1].block_size == 4
 
 
 def test_bad_candidates_are_clear_errors():

@@ -59,8 +59,9 @@ def define_flags():
                     'training target ends with (words in the first slots, then EOS in every other; the paper '
                     'leaves alternatives open).')
   flags.DEFINE_string('block_size', '3', 'Window width: Jacobi block size b (pgj, hgj); W of --algorithm spec, or '
-                      'auto (spec: the fastest here of greedy and W = 2, 3, 4, each timed on the work directory\'s '
-                      'validation sentences at --batch_size; the output is greedy\'s either way).')
+                      'auto (spec: the fastest here of greedy and W = 2, 3, 4, or 2, 4, 6, 8 with --drafter int8, '
+                      'each timed on the work directory\'s validation sentences at --batch_size; the output is '
+                      'greedy\'s either way).')
   flags.DEFINE_enum('drafter', 'self', list(registry.DRAFTERS), '--algorithm spec: who guesses the next window: '
                     'self (the model\'s own <mask> slots, in the verifying call; a selfdraft model), model (a '
                     'separate small selfdraft model with the same vocabulary: --drafter_workdir), ngram (what '
@@ -190,7 +191,7 @@ def main(argv):
   from fastmt import width  # pylint: disable=g-import-not-at-top
   auto_width = FLAGS.block_size.strip() == 'auto'
   try:
-    block_size = width.WIDTHS[-1] if auto_width else int(FLAGS.block_size)
+    block_size = max(width.widths_for(FLAGS.drafter)) if auto_width else int(FLAGS.block_size)
   except ValueError:
     raise FastmtError(f'--block_size must be a whole number or auto, got {FLAGS.block_size!r}') from None
   algorithm = _algorithm()
