@@ -278,12 +278,17 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
     logger.warning('No best checkpoint is kept: config.keep_best_checkpoint chooses by validation BLEU, which '
                    'config.eval_bleu_sentences=0 does not compute (decode the latest checkpoint)')
   best_manager = workdir_lib.checkpoint_manager(workdir, best=True, training=True) if keep_best else None
+
+  def said(line):  # once for the run (process 0), not once per host
+    if jax.process_index() == 0:
+      print(line, file=sys.stderr)
+
   if manager.all_steps():
     state, manager = _restore_newest_readable(manager, state, workdir, config.max_checkpoints_to_keep)
-    print(f'Resumed from step {int(state.step)} of {workdir}', file=sys.stderr)
+    said(f'Resumed from step {int(state.step)} of {workdir}')
   elif config.get('init_from'):
     state = state.replace(params=replicated_from_host(_initial_params(config.init_from, model_config), replicated))
-    print(f'Fine-tuning from {config.init_from}', file=sys.stderr)
+    said(f'Fine-tuning from {config.init_from}')
   start_step = int(state.step)
   _forget_history_after(workdir, start_step)
 

@@ -36,6 +36,8 @@ def test_two_processes_fine_tune_with_a_validation_bleu_and_a_checkpoint(trained
   outputs = [process.communicate(timeout=600) for process in processes]
   for process, (_, stderr) in zip(processes, outputs):
     assert process.returncode == 0, stderr[-3000:]
+  # Said once for the run, by process 0, not once per process.
+  assert [f'Fine-tuning from {trained_workdir}' in stderr for _, stderr in outputs] == [True, False]
   assert os.listdir(workdir / 'checkpoints') == ['2']
   assert os.listdir(workdir / 'best_checkpoint') == ['2']  # kept by BLEU (tiny's keep_best_checkpoint)
   history = (workdir / 'train_history.jsonl').read_text()
