@@ -1,8 +1,9 @@
 """The process's compiled decoders kept under Linux's limit on memory mappings (vm.max_map_count).
 
 XLA:CPU loads every kernel of a compiled program as code and data mappings of its own: on this project's
-machines about 250 mappings for the quickstart model's greedy decoder and 650 for its spec:8+int8 decoder, for
-each (rows, source bucket) shape a Translator compiles. Linux lets a process hold vm.max_map_count mappings
+machines about 250 mappings for the quickstart model's greedy decoder and 650 for its spec:8+int8 decoder (390
+and 930 on a model of Transformer-base's shape), for each (rows, source bucket) shape a Translator compiles
+(benchmarks/compiled_mappings.py). Linux lets a process hold vm.max_map_count mappings
 (65,530 by default) however much memory is free, and XLA aborts the whole process ("LLVM compilation error:
 Cannot allocate memory ... Unable to allocate section memory") when a compile meets that limit. A Translator
 keeps every shape it met, so a server that sees many batch sizes and source lengths, or a benchmark of many
@@ -12,9 +13,9 @@ So before each compile, `make_room` drops the least recently used compiled decod
 Translator's) while the process holds more than HIGH_WATER of the limit; a dropped shape compiles again when
 it is met again (its time counted in TranslationStats.compile_seconds, the drops in `dropped()`). Where
 dropping every one is not enough (other programs of the process hold the mappings), the compile is refused
-with a FastmtError instead of the abort. Dropping a compiled program does give its mappings back (measured:
-4 greedy shapes, +1,021 mappings compiled, +16 after dropping them). Where the limit cannot be read (not
-Linux), nothing is dropped.
+with a FastmtError instead of the abort. Dropping a compiled program does give its mappings back (4 greedy
+shapes of the quickstart model: +1,012 mappings compiled, +6 after dropping them). Where the limit cannot be read
+(not Linux), nothing is dropped.
 """
 
 import collections

@@ -119,3 +119,22 @@ def test_a_translator_over_the_limit_translates_as_one_that_keeps_everything(tra
   assert decoders.dropped == 1 and len(translator._compiled) == 2 and (1, 8) not in translator._compiled
   again, again_stats = translator.translate(lines, batch_size=1)  # dropped shapes compile again, same output
   assert again == expected and again_stats.compile_seconds > 0
+
+
+def test_threads_sharing_a_translator_over_the_limit_translate_exactly(trained_float_parts, monkeypatch):
+  # One thread's compile drops the program another thread is about to run or is running: it keeps its own
+  # reference, and a program dropped before its lookup compiles again. No KeyError, no other output.
+  import concurrent.futures  # pylint: disable=g-import-not-at-top
+  lines = ['God', ' '.join(['And God said, Let there be light.'] * 2), ' '.join(['the waters'] * 12)]
+  expected, _ = Translator(*trained_float_parts).translate(lines, batch_size=1)
+  translator = Translator(*trained_float_parts)
+  decoders = registry(lambda: 40 * len(translator._compiled))  # two programs at most before a compile drops
+  monkeypatch.setattr(executables, 'PROCESS', decoders)
+  orders = [[0, 1, 2] * 2, [2, 1, 0] * 2]  # the two threads meet the buckets in opposite orders, twice
+
+  def translate_in(order):
+    return [translator.translate([lines[i]], batch_size=1)[0][0] for i in order]
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    results = list(pool.map(translate_in, orders))
+  assert results == [[expected[i] for i in order] for order in orders]
+  assert decoders.dropped >= 2
