@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its l
 
 HIGH_WATER = 0.75  # drop compiled decoders while the process holds more than this share of the limit
 REFUSE_AT = 0.95  # past this share with nothing left to drop, a compile is refused rather than risked
+SWEEP_AT_LEAST = 1024  # entries remembered before the first sweep of owners that went away
 MAPS_PATH = '/proc/self/maps'
 LIMIT_PATH = '/proc/sys/vm/max_map_count'
 
@@ -66,6 +67,9 @@ class CompiledDecoders:
     self._order = collections.OrderedDict()  # (weakref to owner, key) -> None, the least recently used first
     self._lock = threading.Lock()
     self.dropped = 0  # compiled decoders dropped to stay under the limit, in this process
+    # The order's length at which entries of owners that went away are swept out (a trainer builds a Translator
+    # for every validation, each compiling its shapes): the sweep costs the length, so it waits for it to double.
+    self._sweep_at = SWEEP_AT_LEAST
 
   def used(self, owner, key) -> None:
     """owner's program `key` ran (or was just compiled): it becomes the most recently used."""
@@ -78,6 +82,10 @@ class CompiledDecoders:
     """owner compiled program `key`: the most recently used."""
     with self._lock:
       self._order[(weakref.ref(owner), key)] = None
+      if len(self._order) >= self._sweep_at:
+        for entry in [entry for entry in self._order if entry[0]() is None]:
+          del self._order[entry]
+        self._sweep_at = max(SWEEP_AT_LEAST, 2 * len(self._order))
 
   def make_room(self) -> None:
     """Drops least recently used programs while the process holds more than high_water of the limit; raises a

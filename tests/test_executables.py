@@ -4,6 +4,7 @@ meets more shapes than fit translating exactly as one that keeps them all."""
 
 import gc
 import logging
+import weakref
 
 import pytest
 
@@ -60,6 +61,17 @@ def test_an_owner_that_went_away_takes_its_programs_and_is_skipped():
   assert len(decoders) == 1
   decoders.make_room()  # the dead entry frees nothing it could count; the live one is dropped
   assert kept._compiled == {} and decoders.dropped == 1
+
+
+def test_owners_that_went_away_do_not_pile_up_in_the_order():
+  decoders = registry(lambda: 0)  # never over the limit: nothing drops them
+  kept = Owner('k')
+  decoders.kept(kept, 'k')
+  for _ in range(5000):  # a trainer's validations: a Translator each, gone before the next
+    decoders.kept(Owner('v'), 'v')
+  assert len(decoders._order) <= executables.SWEEP_AT_LEAST and len(decoders) == 1
+  decoders.used(kept, 'k')
+  assert (weakref.ref(kept), 'k') in decoders._order
 
 
 def test_a_compile_is_refused_with_a_clear_error_when_nothing_is_left_to_drop():
