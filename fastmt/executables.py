@@ -11,11 +11,12 @@ methods on a large model (docs/BENCHMARKS.md section 7), reached it.
 
 So before each compile, `make_room` drops the least recently used compiled decoders of the whole process (any
 Translator's) while the process holds more than HIGH_WATER of the limit; a dropped shape compiles again when
-it is met again (its time counted in TranslationStats.compile_seconds, the drops in `dropped()`). Where
-dropping every one is not enough (other programs of the process hold the mappings), the compile is refused
-with a FastmtError instead of the abort. Dropping a compiled program does give its mappings back (4 greedy
-shapes of the quickstart model: +1,012 mappings compiled, +6 after dropping them). Where the limit cannot be read
-(not Linux), nothing is dropped.
+it is met again (its time counted in TranslationStats.compile_seconds, the drops in `dropped()`). Where dropping
+every one still leaves the process past REFUSE_AT of the limit (other programs hold the mappings: jax.jit's
+caches), JAX's compilation caches are cleared (jax.clear_caches; their programs compile again when called), and
+only where that is not enough either is the compile refused, with a FastmtError instead of the abort. Dropping a
+compiled program does give its mappings back (4 greedy shapes of the quickstart model: +1,012 mappings compiled,
++6 after dropping them). Where the limit cannot be read (not Linux), nothing is dropped.
 """
 
 import collections
@@ -61,8 +62,9 @@ class CompiledDecoders:
   """
 
   def __init__(self, count=map_count, limit=map_limit, high_water: float = HIGH_WATER,
-               refuse_at: float = REFUSE_AT):
+               refuse_at: float = REFUSE_AT, clear_other_caches=None):
     self.count, self.limit = count, limit
+    self.clear_other_caches = clear_other_caches or _clear_jax_caches
     self.high_water, self.refuse_at = high_water, refuse_at
     self._order = collections.OrderedDict()  # (weakref to owner, key) -> None, the least recently used first
     self._lock = threading.Lock()
@@ -111,6 +113,15 @@ class CompiledDecoders:
                  'dropped in this process): a dropped shape compiles again when met', now_dropped, held, limit,
                  self.dropped)
     if held > self.refuse_at * limit:
+      # What holds them is compiled elsewhere in the process (jax.jit's caches: a trainer's steps, a test
+      # suite's hundreds of programs; a pytest worker reached 62,416 here). Those caches compile again on
+      # their next call; clearing them is better than XLA's abort or a refusal.
+      logger.warning('%d of %d memory mappings held with no compiled decoder left to drop: clearing JAX\'s '
+                     'compilation caches (jax.clear_caches; their programs compile again when called)', held,
+                     limit)
+      self.clear_other_caches()
+      held = self.count()
+    if held > self.refuse_at * limit:
       raise FastmtError(
           f'This process holds {held} memory mappings of the {limit} Linux allows it (vm.max_map_count) and no '
           'compiled decoder is left to drop; compiling another could abort the process inside XLA. Raise the '
@@ -119,6 +130,13 @@ class CompiledDecoders:
   def __len__(self) -> int:
     with self._lock:
       return sum(1 for ref, _ in self._order if ref() is not None)
+
+
+def _clear_jax_caches() -> None:
+  import gc  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.clear_caches()
+  gc.collect()  # the executables go with their last reference
 
 
 # The one registry of the process: the limit is the process's, whatever Translator holds the programs.

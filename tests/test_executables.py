@@ -74,14 +74,36 @@ def test_owners_that_went_away_do_not_pile_up_in_the_order():
   assert (weakref.ref(kept), 'k') in decoders._order
 
 
-def test_a_compile_is_refused_with_a_clear_error_when_nothing_is_left_to_drop():
+def test_jax_caches_are_cleared_before_a_compile_is_refused_with_a_clear_error():
   owner = Owner('p')
-  decoders = registry(lambda: 99)  # other programs of the process hold them: dropping p frees nothing
+  held, cleared = [99], []
+  clear = lambda: cleared.append(True)  # frees nothing: other mappings of the process hold the 99
+  decoders = registry(lambda: held[0], clear_other_caches=clear)
   decoders.kept(owner, 'p')
   with pytest.raises(FastmtError, match=r'holds 99 memory mappings of the 100 .*vm\.max_map_count'):
     decoders.make_room()
-  assert owner._compiled == {}  # dropped before giving up
-  registry(lambda: 90).make_room()  # above the high water but under refuse_at: the compile may go on
+  assert owner._compiled == {} and cleared == [True]  # dropped, then cleared, before giving up
+  registry(lambda: 90, clear_other_caches=clear).make_room()  # past the high water, under refuse_at: compile
+  assert cleared == [True]  # ... without clearing anything
+  # Where clearing JAX's caches gives the mappings back (a test suite's jitted programs), the compile goes on.
+  registry(lambda: held[0], clear_other_caches=lambda: held.__setitem__(0, 60)).make_room()
+  assert held == [60]
+
+
+def test_clearing_jax_caches_gives_their_mappings_back():
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  if executables.map_count() is None:
+    pytest.skip('no /proc/self/maps here')
+  programs = lambda first: [jax.jit(lambda x, i=i: jnp.tanh(x @ x.T + i).sum(0))(jnp.ones((8 + i, 16)))
+                            for i in range(first, first + 20)]
+  jax.block_until_ready(programs(0))  # what a process maps once, on its first programs, is not what is measured
+  before = executables.map_count()
+  jax.block_until_ready(programs(100))
+  compiled = executables.map_count() - before
+  assert compiled > 0  # 20 new programs hold mappings
+  executables._clear_jax_caches()  # pylint: disable=protected-access
+  assert executables.map_count() - before < compiled / 4, (compiled, executables.map_count() - before)
 
 
 def test_nothing_is_dropped_where_the_limit_cannot_be_read():
