@@ -24,8 +24,9 @@ logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its l
 
 WIDTHS = (2, 3, 4)  # the candidate windows besides width 1 (greedy's step), for most drafters
 # The model's own int8 copy drafts by decoding, so its drafts hold up the whole window: on the Transformer-base-
-# sized model of docs/BENCHMARKS.md section 7, 2.88 / 3.76 / 5.42 / 6.96 tokens a call at W = 3 / 4 / 6 / 8 and
-# 1.25x / 1.38x / 1.48x / 1.57x greedy at batch 1 on 2 cores, the widest fastest. Its candidates go that far.
+# sized model of docs/BENCHMARKS.md section 7, 2.88 / 3.76 / 5.42 / 6.96 tokens a call at W = 3 / 4 / 6 / 8, and
+# at batch 1 on 2 cores 1.13-1.25x greedy at W = 3 up to 1.51-1.57x at W = 8 (the widest fastest) in the two runs
+# that timed every width. Its candidates go that far.
 DRAFTER_WIDTHS = {'int8': (2, 4, 6, 8)}
 CALIBRATION_SPLIT = 'validation'  # what the widths are timed on by default: never a split being scored
 
