@@ -60,6 +60,25 @@ def test_float32_matmul_equals_a_float64_reference_and_rows_are_independent(rng,
                                   out[row:row + 1])
 
 
+@needs_kernel
+@pytest.mark.parametrize('rows', [1, 8])
+def test_float32_matmul_splits_wide_products_over_threads_with_the_same_result(rng, rows):
+  """A product of 2,056 columns (129 blocks of 16, the last padded) is cut into chunks that XLA's intra-op
+  threads compute (parallel_blocks.h); a slice of 64 columns is too small to be cut. Every column equals its
+  slice's, bit for bit, whichever thread computed it."""
+  k, n, width = 512, 2056, 64
+  w = rng.normal(size=(k, n)).astype(np.float32)
+  bias = rng.normal(size=n).astype(np.float32)
+  x = rng.normal(size=(rows, k)).astype(np.float32)
+  product = jax.jit(kernels.float32_matmul)
+  out = np.asarray(product(x, kernels.pack_float32_weights(w), bias))
+  np.testing.assert_allclose(out, x.astype(np.float64) @ w + bias, rtol=1e-5, atol=1e-4)
+  for start in range(0, n, width):
+    part = kernels.pack_float32_weights(w[:, start:start + width])
+    np.testing.assert_array_equal(np.asarray(product(x, part, bias[start:start + width])),
+                                  out[:, start:start + width])
+
+
 class _Layers(nn.Module):
   """A Dense and the two DenseGenerals of attention (heads out; heads and depth contracted), of few_rows' classes
   or (flax=True) Flax's own."""

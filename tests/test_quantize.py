@@ -4,6 +4,7 @@ int8 greedy), clear errors, and a saved quantized model reloading to identical o
 
 import os
 import shutil
+import threading
 
 import flax.linen as nn
 import jax
@@ -354,6 +355,50 @@ def test_the_cpu_kernel_computes_what_xla_computes(rng, rows, k, n):
   out = np.asarray(jax.jit(kernels.int8_matmul)(x, packed, colsum, scale))
   np.testing.assert_allclose(out, _reference_int8_matmul(x, values, scale), rtol=1e-6, atol=1e-6)
   np.testing.assert_allclose(out, np.asarray(jax.jit(quantize.int8_matmul)(x, values, scale)), rtol=1e-6, atol=1e-6)
+
+
+@needs_kernel
+@pytest.mark.parametrize('rows', [1, 3, 32])
+def test_the_kernel_splits_wide_products_over_threads_with_the_same_result(rng, rows):
+  """A product of 4,136 columns (259 blocks of 16, the last padded) is cut into chunks that XLA's intra-op
+  threads compute (parallel_blocks.h); a slice of 256 columns is too small to be cut. Every column equals its
+  slice's, bit for bit, whichever thread computed it, and the product is the numpy reference's."""
+  k, n, width = 512, 4136, 256
+  x = rng.normal(size=(rows, k)).astype(np.float32)
+  values, scale = quantize.quantize_array(rng.normal(size=(k, n)).astype(np.float32), (0,))
+  product = jax.jit(kernels.int8_matmul)
+  out = np.asarray(product(x, *kernels.pack_weights(values), scale))
+  np.testing.assert_allclose(out, _reference_int8_matmul(x, values, scale), rtol=1e-6, atol=1e-6)
+  for start in range(0, n, width):
+    part = values[:, start:start + width]
+    np.testing.assert_array_equal(np.asarray(product(x, *kernels.pack_weights(part), scale[start:start + width])),
+                                  out[:, start:start + width])
+
+
+@needs_kernel
+def test_the_kernel_is_safe_to_call_from_several_threads(rng):
+  """Translators decode from several Python threads (a server); the kernel's chunks and XLA's pool must not mix
+  calls up: each thread's products equal the same products made alone."""
+  k, n = 256, 4096
+  values, scale = quantize.quantize_array(rng.normal(size=(k, n)).astype(np.float32), (0,))
+  packed, colsum = kernels.pack_weights(values)
+  product = jax.jit(kernels.int8_matmul)
+  inputs = [rng.normal(size=(2, k)).astype(np.float32) for _ in range(4)]
+  expected = [np.asarray(product(x, packed, colsum, scale)) for x in inputs]
+  results = {}
+
+  def work(i):
+    results[i] = [np.asarray(product(inputs[i], packed, colsum, scale)) for _ in range(20)]
+  threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout=120)
+  assert not any(t.is_alive() for t in threads)
+  for i, outs in results.items():
+    for out in outs:
+      np.testing.assert_array_equal(out, expected[i])
+  assert len(results) == 4
 
 
 @needs_kernel

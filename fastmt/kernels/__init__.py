@@ -6,6 +6,9 @@
   decoder calls over a window of positions at small batch: XLA:CPU hands those to YNNPACK fusions that cost
   far more than the weights they read (docs/BENCHMARKS.md section 8). Opt-in: Translator(float32_kernel=True).
 
+Both split a product's columns between the calling thread and XLA's intra-op threads (parallel_blocks.h: one
+core reads memory at about half the rate two do); FASTMT_KERNEL_THREADS=N caps the threads (1: the caller alone).
+
 The C++ sources ship with the package and are compiled with the machine's g++ into $FASTMT_CACHE/kernels the
 first time they are needed (a second or two each), against the XLA FFI headers of the installed jaxlib.
 
@@ -31,11 +34,11 @@ logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its l
 TARGET = 'fastmt_int8_matmul'
 FLOAT32_TARGET = 'fastmt_float32_matmul'
 BLOCK = 16  # output columns per packed block (one 512-bit register of int32 or float32)
-# Rows up to which the float32 kernel is used. Alone, YNNPACK (both cores) is already up to 1.3x faster on the
-# feed-forward products at 4-8 rows, but in decoder calls of 3-8 rows the kernel measured no slower (section 8);
-# at more rows one core's multiply-adds fall further behind YNNPACK's two.
+# Rows up to which the float32 kernel is used (section 8 chose it when the kernel ran on one core: at more rows
+# its multiply-adds fell behind YNNPACK's two cores; not measured again since the kernel uses both).
 FLOAT32_MAX_ROWS = 8
 _DIR = os.path.dirname(os.path.abspath(__file__))
+_HEADERS = (os.path.join(_DIR, 'parallel_blocks.h'),)  # included by the kernels' sources
 
 
 class _Kind:
@@ -60,8 +63,10 @@ def _cache_dir() -> str:
 
 def _build(kind: _Kind) -> str:
   """Compiles a kernel's source (once per source, jaxlib and Python) and returns the shared library's path."""
-  with open(kind.source, 'rb') as f:
-    source = f.read()
+  source = b''
+  for path in (kind.source,) + _HEADERS:  # a change to a header the sources include is a new build too
+    with open(path, 'rb') as f:
+      source += f.read()
   key = hashlib.sha256(source + jax.__version__.encode() + sys.version.encode()).hexdigest()[:16]
   name = os.path.splitext(os.path.basename(kind.source))[0]
   path = os.path.join(_cache_dir(), f'{name}-{key}.so')
@@ -70,7 +75,7 @@ def _build(kind: _Kind) -> str:
   os.makedirs(_cache_dir(), exist_ok=True)
   tmp = f'{path}.{os.getpid()}.tmp'
   command = [os.environ.get('CXX', 'g++'), '-O3', '-std=c++17', '-shared', '-fPIC', f'-I{jax.ffi.include_dir()}',
-             kind.source, '-o', tmp]
+             f'-I{_DIR}', kind.source, '-o', tmp]
   result = subprocess.run(command, capture_output=True, text=True, check=False)
   if result.returncode:
     raise RuntimeError(f'compiling {kind.source} failed: {result.stderr.strip()[-500:]}')

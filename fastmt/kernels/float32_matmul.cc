@@ -5,8 +5,9 @@
 // matrix-vector loop, but hands every product of two rows or more to YNNPACK fusions. Inside a decoder step
 // those cost 1.6-2.7x the one-row product for the same weights, plus a wait on YNNPACK's thread pool at every
 // call, so a call over W positions (Jacobi and speculative windows, interleaved steps, HRT's second pass) costs
-// far more than the bytes of weights it reads. Here every weight is read once for all the rows, on the calling
-// thread, with no thread pool.
+// far more than the bytes of weights it reads. Here every weight is read once for all the rows; the blocks of
+// columns are shared out between the calling thread and XLA's intra-op threads (parallel_blocks.h), since one
+// core reads memory at about half the rate two do.
 //
 // Arithmetic: out[m, n] = bias[n] + sum_k x[m, k] w[k, n], each output a single chain of fused multiply-adds in
 // k order, whatever the number of rows and whichever group of rows it is computed in: a row's result does not
@@ -21,6 +22,7 @@
 #include <immintrin.h>
 
 #include "xla/ffi/api/ffi.h"
+#include "parallel_blocks.h"
 
 namespace ffi = xla::ffi;
 
@@ -52,35 +54,38 @@ void RowsTimesBlocks(const float* x, int64_t k, const float* w, int64_t block_st
   }
 }
 
-// Rows r0 .. r0 + R - 1 over every block: four blocks at a time for one or two rows (4-8 accumulators), two
-// for more (6-16), then one at a time for what is left.
+// Rows r0 .. r0 + R - 1 over blocks [begin, end): four blocks at a time for one or two rows (4-8 accumulators),
+// two for more (6-16), then one at a time for what is left.
 template <int R>
-void RowsTimesAll(const float* x, int64_t k, const float* w, const float* bias, int64_t n, float* out) {
+void RowsTimesAll(const float* x, int64_t k, const float* w, const float* bias, int64_t n, float* out,
+                  int64_t begin, int64_t end) {
   constexpr int C = R <= 2 ? 4 : 2;
-  const int64_t blocks = n / kBlock, stride = k * kBlock;
-  int64_t b = 0;
-  for (; b + C <= blocks; b += C) {
+  const int64_t stride = k * kBlock;
+  int64_t b = begin;
+  for (; b + C <= end; b += C) {
     RowsTimesBlocks<R, C>(x, k, w + b * stride, stride, bias + b * kBlock, n, out + b * kBlock);
   }
-  for (; b < blocks; ++b) {
+  for (; b < end; ++b) {
     RowsTimesBlocks<R, 1>(x, k, w + b * stride, stride, bias + b * kBlock, n, out + b * kBlock);
   }
 }
 
-// Rows in groups of up to 8 (at most 16 accumulators, two weight vectors and a broadcast: within 32 registers).
-void Rows(const float* x, int64_t m, int64_t k, const float* w, const float* bias, int64_t n, float* out) {
+// Rows in groups of up to 8 (at most 16 accumulators, two weight vectors and a broadcast: within 32 registers),
+// over blocks [begin, end).
+void Rows(const float* x, int64_t m, int64_t k, const float* w, const float* bias, int64_t n, float* out,
+          int64_t begin, int64_t end) {
   int64_t row = 0;
-  for (; row + 8 <= m; row += 8) RowsTimesAll<8>(x + row * k, k, w, bias, n, out + row * n);
+  for (; row + 8 <= m; row += 8) RowsTimesAll<8>(x + row * k, k, w, bias, n, out + row * n, begin, end);
   const float* xr = x + row * k;
   float* o = out + row * n;
   switch (m - row) {
-    case 7: RowsTimesAll<7>(xr, k, w, bias, n, o); break;
-    case 6: RowsTimesAll<6>(xr, k, w, bias, n, o); break;
-    case 5: RowsTimesAll<5>(xr, k, w, bias, n, o); break;
-    case 4: RowsTimesAll<4>(xr, k, w, bias, n, o); break;
-    case 3: RowsTimesAll<3>(xr, k, w, bias, n, o); break;
-    case 2: RowsTimesAll<2>(xr, k, w, bias, n, o); break;
-    case 1: RowsTimesAll<1>(xr, k, w, bias, n, o); break;
+    case 7: RowsTimesAll<7>(xr, k, w, bias, n, o, begin, end); break;
+    case 6: RowsTimesAll<6>(xr, k, w, bias, n, o, begin, end); break;
+    case 5: RowsTimesAll<5>(xr, k, w, bias, n, o, begin, end); break;
+    case 4: RowsTimesAll<4>(xr, k, w, bias, n, o, begin, end); break;
+    case 3: RowsTimesAll<3>(xr, k, w, bias, n, o, begin, end); break;
+    case 2: RowsTimesAll<2>(xr, k, w, bias, n, o, begin, end); break;
+    case 1: RowsTimesAll<1>(xr, k, w, bias, n, o, begin, end); break;
     default: break;
   }
 }
@@ -88,7 +93,7 @@ void Rows(const float* x, int64_t m, int64_t k, const float* w, const float* bia
 bool CpuSupported() { return __builtin_cpu_supports("avx512f"); }
 
 ffi::Error Float32MatmulImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> packed, ffi::Buffer<ffi::F32> bias,
-                             ffi::ResultBuffer<ffi::F32> out) {
+                             ffi::ResultBuffer<ffi::F32> out, ffi::ThreadPool pool) {
   if (!CpuSupported()) {
     return ffi::Error(ffi::ErrorCode::kUnimplemented, "fastmt_float32_matmul needs AVX-512");
   }
@@ -103,7 +108,11 @@ ffi::Error Float32MatmulImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> pack
       out_dims[0] != m || out_dims[1] != n) {
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "fastmt_float32_matmul: shapes do not match");
   }
-  Rows(x.typed_data(), m, k, packed.typed_data(), bias.typed_data(), n, out->typed_data());
+  // Blocks of columns over both cores: chunks of at least 128 KiB of weights (k * 64 bytes a block).
+  const int64_t min_chunk = std::max<int64_t>(1, 131072 / (k * kBlock * 4));
+  fastmt::ParallelBlocks(pool, n / kBlock, min_chunk, [&](int64_t begin, int64_t end) {
+    Rows(x.typed_data(), m, k, packed.typed_data(), bias.typed_data(), n, out->typed_data(), begin, end);
+  });
   return ffi::Error::Success();
 }
 
@@ -114,6 +123,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FastmtFloat32Matmul, Float32MatmulImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ctx<ffi::ThreadPool>());
 
 extern "C" int FastmtFloat32MatmulSupported() { return CpuSupported() ? 1 : 0; }
