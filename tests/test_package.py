@@ -6,6 +6,7 @@ A library module that defined absl flags at import time broke the suite once (tw
 """
 
 import configparser
+import fnmatch
 import importlib
 import os
 import pkgutil
@@ -56,9 +57,13 @@ def test_setup_cfg_lists_every_package_and_ships_the_configs():
   found = {'fastmt'} | {m.name for m in pkgutil.walk_packages(fastmt.__path__, 'fastmt.') if m.ispkg}
   assert found <= listed, found - listed
   assert 'fastmt.configs' in listed and 'fastmt.configs = configs' in _setup_cfg()['options']['package_dir']
-  # The int8 kernel's C++ source is compiled on first use, so an installed package must carry it.
-  sources = {p.name for p in (REPO / 'fastmt' / 'kernels').glob('*.cc')}
-  assert sources and _setup_cfg()['options.package_data']['fastmt.kernels'].strip() == '*.cc'
+  # The kernels' C++ sources and the headers they include are compiled on first use, so an installed package
+  # must carry every one of them.
+  patterns = [p.strip() for p in _setup_cfg()['options.package_data']['fastmt.kernels'].split(',')]
+  sources = [p.name for p in (REPO / 'fastmt' / 'kernels').iterdir() if p.suffix in ('.cc', '.h')]
+  assert sources and all(any(fnmatch.fnmatch(name, pattern) for pattern in patterns) for name in sources), patterns
+  from fastmt import kernels  # pylint: disable=g-import-not-at-top
+  assert all(os.path.exists(header) for header in kernels._HEADERS)  # pylint: disable=protected-access
 
 
 def test_every_console_script_starts():

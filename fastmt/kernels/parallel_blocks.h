@@ -1,9 +1,10 @@
 // Splitting a kernel's blocks of output columns over XLA's intra-op thread pool (fastmt's CPU kernels).
 //
-// Why: a decoder step at batch 1 is bound by reading its weights, and one core reads memory at about half the
-// rate two do (a 26 MB read on this project's 2-core machines: 32 GB/s from one thread, 66 GB/s from two;
-// docs/BENCHMARKS.md section 7). A kernel that reads its weights on the calling thread alone leaves the other
-// core's share of the bandwidth unused.
+// Why: a decoder step at batch 1 is bound by reading its weights, and one core reads memory at well under the
+// rate two do. A kernel that reads its weights on the calling thread alone leaves the other core's share of
+// the bandwidth unused: on this project's 2-core machines a Transformer-base decoder step's int8 products take
+// 1.58x as long on one thread as split over two, its float32 products 1.23x (1 row) and 1.62x (8 rows)
+// (benchmarks/kernel_threads.py, docs/BENCHMARKS.md section 7).
 //
 // How: the columns' blocks are cut into chunks; the calling thread and up to num_threads - 1 tasks scheduled on
 // the pool take chunks from a shared counter until none is left, and the caller then waits only for chunks
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include <immintrin.h>
 
@@ -63,8 +65,16 @@ void ParallelBlocks(xla::ffi::ThreadPool& pool, int64_t count, int64_t min_chunk
   };
   for (int64_t t = 1; t < std::min(threads, chunks); ++t) pool.Schedule(decltype(work)(work));  // a copy each
   work();
-  // Only chunks that another thread is computing right now are left: they take microseconds.
-  while (counters->done.load(std::memory_order_acquire) < chunks) _mm_pause();
+  // Only chunks that another thread is computing right now are left: they take microseconds, unless that
+  // thread lost its core (more busy threads than cores: test workers, other processes), so after a short spin
+  // the wait yields the core instead of burning it.
+  for (int spins = 0; counters->done.load(std::memory_order_acquire) < chunks; ++spins) {
+    if (spins < 4096) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 }  // namespace fastmt
