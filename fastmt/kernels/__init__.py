@@ -7,7 +7,7 @@
   far more than the weights they read (docs/BENCHMARKS.md section 8). Opt-in: Translator(float32_kernel=True).
 
 Both split a product's columns between the calling thread and XLA's intra-op threads (parallel_blocks.h: one
-core reads memory at about half the rate two do); FASTMT_KERNEL_THREADS=N caps the threads (1: the caller alone).
+core reads memory at well below the rate two do); FASTMT_KERNEL_THREADS=N caps the threads (1: the caller alone).
 
 The C++ sources ship with the package and are compiled with the machine's g++ into $FASTMT_CACHE/kernels the
 first time they are needed (a second or two each), against the XLA FFI headers of the installed jaxlib.

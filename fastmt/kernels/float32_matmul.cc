@@ -7,7 +7,7 @@
 // call, so a call over W positions (Jacobi and speculative windows, interleaved steps, HRT's second pass) costs
 // far more than the bytes of weights it reads. Here every weight is read once for all the rows; the blocks of
 // columns are shared out between the calling thread and XLA's intra-op threads (parallel_blocks.h), since one
-// core reads memory at about half the rate two do.
+// core reads memory at well below the rate two do.
 //
 // Arithmetic: out[m, n] = bias[n] + sum_k x[m, k] w[k, n], each output a single chain of fused multiply-adds in
 // k order, whatever the number of rows and whichever group of rows it is computed in: a row's result does not

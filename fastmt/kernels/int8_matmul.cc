@@ -5,7 +5,7 @@
 // only products of two rows or more to YNNPACK's int8 GEMM. This kernel reads the 1-byte weights, packed once
 // for `vpdpbusd`, and quantizes the activations itself, so a decoder step's products cost what their weights'
 // bytes cost. The blocks of columns are shared out between the calling thread and XLA's intra-op threads
-// (parallel_blocks.h): one core reads memory at about half the rate two do.
+// (parallel_blocks.h): one core reads memory at well below the rate two do.
 //
 // The arithmetic is fastmt.quantize.int8_matmul's, operation for operation, so the two agree to the last bit:
 //   row scale s = max|x| / 127 (1 for an all-zero row);  q = clip(round_half_even(x / s), -127, 127)
