@@ -385,6 +385,8 @@ def test_the_kernel_is_safe_to_call_from_several_threads(rng):
   product = jax.jit(kernels.int8_matmul)
   inputs = [rng.normal(size=(2, k)).astype(np.float32) for _ in range(4)]
   expected = [np.asarray(product(x, packed, colsum, scale)) for x in inputs]
+  for x, out in zip(inputs, expected):
+    np.testing.assert_allclose(out, _reference_int8_matmul(x, values, scale), rtol=1e-6, atol=1e-6)
   results = {}
 
   def work(i):
