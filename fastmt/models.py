@@ -139,6 +139,11 @@ class Transformer(nn.Module):
                        'directions [B, T]')
     return directions
 
+  def decoder_input(self, tokens, positions, directions=None, deterministic: bool = True):
+    """What the first decoder layer reads: tokens int [B, T] embedded at positions [B, T] -> [B, T, E] (decode
+    starts from it; so does fastmt.int8_step's decoder call in one custom call)."""
+    return self._embed(tokens, positions, deterministic, self._decoder_directions(tokens, directions))
+
   def encode(self, source, deterministic: bool = True):
     """source int [B, S] (PAD=0) -> encoded [B, S, E]."""
     positions = jnp.broadcast_to(jnp.arange(source.shape[1]), source.shape)
@@ -174,7 +179,7 @@ class Transformer(nn.Module):
       logits float32 [B, T, V], hidden [B, T, E] (final-LayerNorm output), updated cache (or None); [B, P, ...]
       with query_slots.
     """
-    x = self._embed(tokens, positions, deterministic, self._decoder_directions(tokens, directions))
+    x = self.decoder_input(tokens, positions, directions, deterministic)
     cross_mask = memory['mask'][:, None, :]
     relative, key_positions = None, None
     if self.config.relative_key_distance:

@@ -35,7 +35,8 @@ import numpy as np
 
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from fastmt import executables, few_rows, kernels, models, objectives, precision, projection, quantize, streaming
+from fastmt import (executables, few_rows, int8_step, kernels, models, objectives, precision, projection, quantize,
+                    streaming)
 from fastmt.objectives import hrt as hrt_objective
 from fastmt.objectives import selfdraft
 from fastmt.config import ModelConfig
@@ -260,7 +261,10 @@ def draft_model_for(drafter, source, batch: int, max_len: int, settings: DecodeS
   memory = model.apply(variables, encoded, source, method=models.Transformer.memory)
   width = min(settings.block_size, max_len)
   cache = models.init_cache(config, batch, draft_model_lib.drafter_cache_length(max_len, width))
-  step_fn = make_step_fn(model, drafter['params'], memory, None, drafter['output_projection'])
+  if int8_copy and not int8_step.unsupported_reason(config, drafter['params']):  # its calls in one custom call
+    step_fn = int8_step.make_step_fn(model, drafter['params'], memory, drafter['output_projection'])
+  else:
+    step_fn = make_step_fn(model, drafter['params'], memory, None, drafter['output_projection'])
   if int8_copy:
     return draft_model_lib.DraftModel(step_fn, cache, None, vocab_size, autoregressive=True)
   return draft_model_lib.DraftModel(step_fn, cache, settings.draft_mask_id, vocab_size)

@@ -5,6 +5,9 @@
 * float32_matmul.cc: a float32 product for a few rows (1 to FLOAT32_MAX_ROWS), on x86 CPUs with AVX-512, for the
   decoder calls over a window of positions at small batch: XLA:CPU hands those to YNNPACK fusions that cost
   far more than the weights they read (docs/BENCHMARKS.md section 8). Opt-in: Translator(float32_kernel=True).
+* int8_decoder_step.cc: a whole decoder call of an int8 model in one custom call (the int8 products of
+  int8_matmul.cc, and the LayerNorms, attention and residuals between them), for the calls of `--drafter int8`,
+  which XLA:CPU runs as hundreds of small operations (fastmt.int8_step).
 
 Both split a product's columns between the calling thread and XLA's intra-op threads (parallel_blocks.h: one
 core reads memory at well below the rate two do); FASTMT_KERNEL_THREADS=N caps the threads (1: the caller alone).
@@ -12,9 +15,10 @@ core reads memory at well below the rate two do); FASTMT_KERNEL_THREADS=N caps t
 The C++ sources ship with the package and are compiled with the machine's g++ into $FASTMT_CACHE/kernels the
 first time they are needed (a second or two each), against the XLA FFI headers of the installed jaxlib.
 
-Fallback, never silent: without g++, on a CPU without the instructions, off CPU, or with FASTMT_INT8_KERNEL=0 /
-FASTMT_FLOAT32_KERNEL=0, `available(kind)` is False, the reason is logged once and kept in
-`unavailable_reason(kind)`, and the model uses XLA's own products (the same outputs up to float rounding, slower).
+Fallback, never silent: without g++, on a CPU without the instructions, off CPU, or with FASTMT_INT8_KERNEL=0,
+FASTMT_FLOAT32_KERNEL=0 or FASTMT_INT8_STEP_KERNEL=0, `available(kind)` is False, the reason is logged once and
+kept in `unavailable_reason(kind)`, and the model uses XLA's own operations (the same outputs up to float
+rounding, slower).
 """
 
 import ctypes
@@ -33,12 +37,14 @@ logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its l
 
 TARGET = 'fastmt_int8_matmul'
 FLOAT32_TARGET = 'fastmt_float32_matmul'
+INT8_STEP_TARGET = 'fastmt_int8_decoder_step'
 BLOCK = 16  # output columns per packed block (one 512-bit register of int32 or float32)
 # Rows up to which the float32 kernel is used (section 8 chose it when the kernel ran on one core: at more rows
 # its multiply-adds fell behind YNNPACK's two cores; not measured again since the kernel uses both).
 FLOAT32_MAX_ROWS = 8
 _DIR = os.path.dirname(os.path.abspath(__file__))
-_HEADERS = (os.path.join(_DIR, 'parallel_blocks.h'),)  # included by the kernels' sources
+# The headers the sources include: a change to one is a new build of every kernel.
+_HEADERS = tuple(os.path.join(_DIR, name) for name in ('parallel_blocks.h', 'int8_blocks.h'))
 
 
 class _Kind:
@@ -51,6 +57,8 @@ _KINDS = {
     'int8': _Kind('int8_matmul.cc', 'FastmtInt8Matmul', TARGET, 'FASTMT_INT8_KERNEL', 'AVX-512 VNNI'),
     'float32': _Kind('float32_matmul.cc', 'FastmtFloat32Matmul', FLOAT32_TARGET, 'FASTMT_FLOAT32_KERNEL',
                      'AVX-512'),
+    'int8_step': _Kind('int8_decoder_step.cc', 'FastmtInt8DecoderStep', INT8_STEP_TARGET, 'FASTMT_INT8_STEP_KERNEL',
+                       'AVX-512 VNNI'),
 }
 _lock = threading.Lock()
 _state = {}  # kind -> {'available': bool, 'reason': str}
@@ -99,11 +107,13 @@ def _load(kind: _Kind) -> str:
   return ''
 
 
-_FALLBACKS = {'int8': "int8 models run XLA's int8 dot", 'float32': "float32 products run XLA's own"}
+_FALLBACKS = {'int8': "int8 models run XLA's int8 dot", 'float32': "float32 products run XLA's own",
+              'int8_step': "the int8 drafter's decoder calls run as XLA operations"}
 
 
 def available(kind: str = 'int8') -> bool:
-  """Whether the kernel of `kind` ('int8' or 'float32') runs here (compiles and registers it on first call)."""
+  """Whether the kernel of `kind` ('int8', 'float32' or 'int8_step') runs here (compiles and registers it on
+  first call)."""
   if kind not in _KINDS:
     raise ValueError(f'kernel kind must be one of {sorted(_KINDS)}, got {kind!r}')
   with _lock:
@@ -170,3 +180,31 @@ def float32_matmul(x, packed, bias):
   out = jax.ffi.ffi_call(FLOAT32_TARGET, jax.ShapeDtypeStruct((x.shape[0], padded), jnp.float32),
                          vmap_method='sequential')(x.astype(jnp.float32), packed, full_bias)
   return out if n == padded else out[:, :n]
+
+
+def int8_decoder_step(x, offsets, mask, memory_mask, final_norm, layers, cache_keys, cache_values,
+                      epsilon: float = 1e-6):
+  """One decoder call of an int8 model through int8_decoder_step.cc (its header: what it computes, and the
+  buffers' order); available('int8_step') must be True.
+
+  Args:
+    x: float32 [B * T, E], the embedded inputs; offsets: int32 [B]; mask: bool [B, T, M]; memory_mask: bool
+      [B, S]; final_norm: (scale, bias) float32 [E].
+    layers: per decoder layer, the flat list of its buffers in the kernel's order (fastmt.int8_step builds it).
+    cache_keys, cache_values: per layer, float32 [B, M, H, D]; the results alias them (updated in place).
+  Returns:
+    (hidden float32 [B * T, E], new cache keys, new cache values): the new position's keys and values written
+    at each row's offset, every other slot as it was.
+  """
+  num_layers = len(layers)
+  cache = list(cache_keys) + list(cache_values)
+  args = [x.astype(jnp.float32), offsets.astype(jnp.int32), mask, memory_mask, *final_norm]
+  for layer in layers:
+    args.extend(layer)
+  first_cache = len(args)
+  args.extend(cache)
+  shapes = [jax.ShapeDtypeStruct(x.shape, jnp.float32)] + [jax.ShapeDtypeStruct(c.shape, c.dtype) for c in cache]
+  outputs = jax.ffi.ffi_call(INT8_STEP_TARGET, shapes, vmap_method='sequential',
+                             input_output_aliases={first_cache + i: 1 + i for i in range(len(cache))})(
+      *args, num_layers=np.int64(num_layers), epsilon=np.float32(epsilon))
+  return outputs[0], tuple(outputs[1:1 + num_layers]), tuple(outputs[1 + num_layers:])
