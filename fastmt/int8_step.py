@@ -1,20 +1,23 @@
-"""An int8 model's decoder call as one custom call (fastmt/kernels/int8_decoder_step.cc), for `--drafter int8`.
+"""An int8 model's decoder call as one custom call (fastmt/kernels/int8_decoder_step.cc).
 
-Speculative decoding with the model's own int8 copy as its drafter (fastmt.decoding.draft_model) makes W - 1
-drafter calls per iteration, one or two positions each. On XLA:CPU such a call of a Transformer-base-sized
-decoder is about 350 small operations, and its int8 products, the only part that reads many bytes, are about
-a third of its time (docs/BENCHMARKS.md section 7). `make_step_fn` gives the drafter a step function that
-embeds the inputs as Transformer.decode does, runs every decoder layer and the final LayerNorm in the one
-custom call, and projects with the int8 output projection as the XLA path does: a few operations per call.
+Every decoder of an int8 model (fastmt.quantize's 'int8' scheme: `decode.py --dtype int8`, and `--drafter int8`,
+the float model's own int8 copy drafting for speculative decoding) calls the decoder once per step or window.
+On XLA:CPU such a call of a Transformer-base-sized decoder at batch 1 is about 350 small operations, and its int8
+products, the only part that reads many bytes, are about a third of its time (docs/BENCHMARKS.md section 7).
+`make_step_fn` gives a step function that embeds the inputs as Transformer.decode does, runs every decoder layer
+and the final LayerNorm in the one custom call, and projects with the int8 output projection as the XLA path
+does: a few operations per call. translate.make_step_fn picks it wherever `unsupported_reason` is empty.
 
-It is the same function as Transformer.decode on the int8 parameters, with sums taken in another order
-(the kernel's header), so a draft can differ from the XLA path's on a near tie; drafts are only proposals that
-the float model verifies, so translations do not change (tests/test_int8_step.py).
+It is the same function as Transformer.decode on the int8 parameters, with sums taken in another order (the
+kernel's header), so a logit can differ from the XLA path's in its last bits and a token on a near tie; a row's
+arithmetic does not depend on the call's other rows or positions, so the exact parallel decoders still equal
+the int8 model's greedy bit for bit, and drafts are verified by the float model, so `--drafter int8` keeps the
+float greedy output (tests/test_int8_step.py).
 
 Used where `unsupported_reason` is empty: the kernel runs on this CPU (kernels.available('int8_step'); off with
 FASTMT_INT8_STEP_KERNEL=0) and the model is a plain int8 decoder (float32 activations, no relative position
-keys or direction embeddings, every decoder matrix packed for the int8 kernel). Elsewhere the drafter runs
-through XLA as before.
+keys or direction embeddings, every decoder matrix packed for the int8 kernel) projected by its int8 output
+layout without the clustered projection. Elsewhere the calls run through XLA as before.
 """
 
 import jax.numpy as jnp
@@ -79,8 +82,7 @@ def make_step_fn(model: models.Transformer, params, memory, output_projection):
   final_norm = (params['decoder_norm']['scale'], params['decoder_norm']['bias'])
 
   def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None, directions=None):
-    if directions is not None:
-      raise ValueError('the int8 decoder call has no direction embeddings')
+    del directions  # a model without direction embeddings ignores them (unsupported_reason: no model with them)
     batch, steps = tokens.shape
     slots = cache['k'][0].shape[1]
     x = model.apply({'params': params}, tokens, jnp.broadcast_to(positions, tokens.shape),

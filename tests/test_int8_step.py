@@ -1,7 +1,7 @@
 """An int8 model's decoder call in one custom call (fastmt/int8_step.py, fastmt/kernels/int8_decoder_step.cc):
-the same logits and cache as the XLA path (translate.make_step_fn on the same int8 parameters) up to float
-rounding, for one and two positions per row, rows at their own offsets, and widths that are not multiples of
-16; `--drafter int8` uses it, with greedy's output."""
+the same logits and cache as the XLA path (the step function of the same int8 parameters without the kernel's
+packing) up to float rounding, for one and two positions per row, rows at their own offsets, and widths that
+are not multiples of 16; `--drafter int8` and an int8 model's own decoders use it, and keep their outputs."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import random_model, tiny_model_config
-from fastmt import int8_step, kernels, models, precision, translate
+from fastmt import int8_step, kernels, models, precision, quantize, translate
 from fastmt.decoding.step import causal_window_mask
 from fastmt.translate import DecodeSettings, Translator
 
@@ -26,6 +26,16 @@ def _int8_model(seed, **config):
 def _memory(model, params, source):
   encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
   return model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
+
+
+def _xla_step_fn(model, params, memory):
+  """The step function of the same int8 weights through XLA's operations (no kernel packing: its products are
+  XLA's int8 dot, the same bits as the kernel's for the same inputs)."""
+  portable = quantize.without_kernel_layout(params)
+  projection = translate.transposed_output_layout(portable)
+  projection = {'values': projection['values'], 'scale': projection['scale']}
+  assert int8_step.unsupported_reason(model.config, portable) != ''
+  return translate.make_step_fn(model, portable, memory, None, projection)
 
 
 def _random_cache(config, batch, slots, seed):
@@ -49,8 +59,8 @@ def test_the_one_call_decoder_is_the_xla_decoder_call(config, steps):
   batch, slots = source.shape[0], 12
   memory = _memory(model, params, source)
   projection = translate.transposed_output_layout(params)
-  reference = jax.jit(translate.make_step_fn(model, params, memory, None, projection))
-  fused = jax.jit(int8_step.make_step_fn(model, params, memory, projection))
+  reference = jax.jit(_xla_step_fn(model, params, memory))
+  fused = jax.jit(translate.make_step_fn(model, params, memory, None, projection))  # it picks the custom call
   assert kernels.INT8_STEP_TARGET in fused.lower(
       jnp.zeros((batch, steps), jnp.int32), jnp.zeros((batch, steps), jnp.int32),
       causal_window_mask(jnp.zeros(batch, jnp.int32), steps, slots), _random_cache(model.config, batch, slots, 0),
@@ -84,7 +94,7 @@ def test_a_projected_slot_and_a_row_that_sees_no_slot():
   source = jnp.array([[4, 5, 6, 2], [7, 8, 2, 0]])
   memory = _memory(model, params, source)
   projection = translate.transposed_output_layout(params)
-  reference = jax.jit(translate.make_step_fn(model, params, memory, None, projection))
+  reference = jax.jit(_xla_step_fn(model, params, memory))
   fused = jax.jit(int8_step.make_step_fn(model, params, memory, projection))
   offsets = jnp.array([2, 4], jnp.int32)
   tokens = jnp.array([[5, 6], [7, 8]])
@@ -136,3 +146,24 @@ def test_turned_off_the_drafter_runs_through_xla_with_the_same_output(trained_fl
   lowered = spec._decode.lower(spec.params, jnp.zeros((1, 8), jnp.int32), jnp.full((1,), 8, jnp.int32),
                                spec.clusters, spec.draft_table, spec.output_projection, spec.drafter, None)
   assert kernels.INT8_STEP_TARGET not in lowered.as_text()
+
+
+@needs_kernel
+@pytest.mark.parametrize('settings', [DecodeSettings('greedy'), DecodeSettings('beam', beam_size=3),
+                                      DecodeSettings('pgj', block_size=3)], ids=['greedy', 'beam', 'pgj'])
+def test_an_int8_models_own_decoders_make_their_calls_in_one_custom_call(trained_float_parts, settings):
+  """A model loaded in int8 (fastmt.precision.for_inference, as decode.py --dtype int8 does) decodes through the
+  custom call with every algorithm whose calls it can make; PGJ still equals its greedy bit for bit (each row's
+  arithmetic in the kernel does not depend on the call's other rows)."""
+  config, params, tokenizer = trained_float_parts
+  int8_config, int8_params = precision.for_inference(config, params, 'int8')
+  translator = Translator(int8_config, int8_params, tokenizer, settings)
+  lowered = translator._decode.lower(translator.params, jnp.zeros((2, 8), jnp.int32), jnp.full((2,), 8, jnp.int32),
+                                     translator.clusters, translator.draft_table, translator.output_projection,
+                                     translator.drafter, None)
+  assert kernels.INT8_STEP_TARGET in lowered.as_text()
+  if settings.algorithm == 'pgj':
+    texts = ['And God said, Let there be light.', 'God', 'And the evening and the morning were the first day.']
+    greedy_ids = Translator(int8_config, int8_params, tokenizer).translate_ids(texts, 2)[0]
+    pgj_ids = translator.translate_ids(texts, 2)[0]
+    assert [row.tolist() for row in pgj_ids] == [row.tolist() for row in greedy_ids]
