@@ -6,8 +6,9 @@
   decoder calls over a window of positions at small batch: XLA:CPU hands those to YNNPACK fusions that cost
   far more than the weights they read (docs/BENCHMARKS.md section 8). Opt-in: Translator(float32_kernel=True).
 * int8_decoder_step.cc: a whole decoder call of an int8 model in one custom call (the int8 products of
-  int8_matmul.cc, and the LayerNorms, attention and residuals between them), for the calls of `--drafter int8`,
-  which XLA:CPU runs as hundreds of small operations (fastmt.int8_step).
+  int8_matmul.cc, and the LayerNorms, attention and residuals between them), for every decoder of an int8 model
+  (--dtype int8, and --drafter int8's copy), whose calls XLA:CPU runs as hundreds of small operations
+  (fastmt.int8_step).
 
 Both split a product's columns between the calling thread and XLA's intra-op threads (parallel_blocks.h: one
 core reads memory at well below the rate two do); FASTMT_KERNEL_THREADS=N caps the threads (1: the caller alone).
@@ -108,7 +109,7 @@ def _load(kind: _Kind) -> str:
 
 
 _FALLBACKS = {'int8': "int8 models run XLA's int8 dot", 'float32': "float32 products run XLA's own",
-              'int8_step': "the int8 drafter's decoder calls run as XLA operations"}
+              'int8_step': "int8 models' decoder calls run as XLA operations"}
 
 
 def available(kind: str = 'int8') -> bool:
