@@ -194,7 +194,7 @@ def int8_decoder_step(x, offsets, mask, memory_mask, final_norm, layers, cache_k
     layers: per decoder layer, the flat list of its buffers in the kernel's order (fastmt.int8_step builds it).
     cache_keys, cache_values: per layer, float32 [B, M, H, D]; the results alias them (updated in place).
   Returns:
-    (hidden float32 [B * T, E], new cache keys, new cache values): the new position's keys and values written
+    (hidden float32 [B * T, E], new cache keys, new cache values): the new positions' keys and values written
     at each row's offset, every other slot as it was.
   """
   num_layers = len(layers)

@@ -172,26 +172,32 @@ struct Shapes {
   int64_t batch, steps, rows, emb, heads, depth, slots, sources;
 };
 
+// fn(row, head, batch row, scores) for every (row, head) pair of the call, the pairs shared out over the threads;
+// scores: a scratch of `keys` floats per thread, for the pair's attention weights.
+template <typename Fn>
+void ForEachRowAndHead(ffi::ThreadPool& pool, const Shapes& s, int64_t keys, const Fn& fn) {
+  const int64_t min_chunk = std::max<int64_t>(1, 32768 / (keys * s.depth));  // pairs worth a thread's wake-up
+  fastmt::ParallelBlocks(pool, s.rows * s.heads, min_chunk, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(keys);
+    for (int64_t p = begin; p < end; ++p) fn(p / s.heads, p % s.heads, p / s.heads / s.steps, scores.data());
+  });
+}
+
 // Self-attention of every (row, head) over the cache (keys [B, M, H, D]), into out [R, H * D].
 void SelfAttention(ffi::ThreadPool& pool, const Shapes& s, const float* queries, int64_t query_stride,
                    const float* keys, const float* values, const bool* mask, float* out) {
   const float root = std::sqrt(static_cast<float>(s.depth));
-  const int64_t min_chunk = std::max<int64_t>(1, 32768 / (s.slots * s.depth));
-  fastmt::ParallelBlocks(pool, s.rows * s.heads, min_chunk, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(s.slots);
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t r = p / s.heads, h = p % s.heads, b = r / s.steps;
-      const float* q = queries + r * query_stride + h * s.depth;
-      const bool* allowed = mask + r * s.slots;  // mask [B, T, M]: row r = b * T + t
-      for (int64_t j = 0; j < s.slots; ++j) {
-        scores[j] = allowed[j] ? Dot(q, keys + ((b * s.slots + j) * s.heads + h) * s.depth, s.depth) / root : 0.0f;
-      }
-      MaskedSoftmax(scores.data(), allowed, s.slots);
-      float* o = out + r * s.heads * s.depth + h * s.depth;
-      std::fill(o, o + s.depth, 0.0f);
-      for (int64_t j = 0; j < s.slots; ++j) {
-        if (scores[j] != 0.0f) AddScaled(scores[j], values + ((b * s.slots + j) * s.heads + h) * s.depth, o, s.depth);
-      }
+  ForEachRowAndHead(pool, s, s.slots, [&](int64_t r, int64_t h, int64_t b, float* scores) {
+    const float* q = queries + r * query_stride + h * s.depth;
+    const bool* allowed = mask + r * s.slots;  // mask [B, T, M]: row r = b * T + t
+    for (int64_t j = 0; j < s.slots; ++j) {
+      scores[j] = allowed[j] ? Dot(q, keys + ((b * s.slots + j) * s.heads + h) * s.depth, s.depth) / root : 0.0f;
+    }
+    MaskedSoftmax(scores, allowed, s.slots);
+    float* o = out + r * s.heads * s.depth + h * s.depth;
+    std::fill(o, o + s.depth, 0.0f);
+    for (int64_t j = 0; j < s.slots; ++j) {
+      if (scores[j] != 0.0f) AddScaled(scores[j], values + ((b * s.slots + j) * s.heads + h) * s.depth, o, s.depth);
     }
   });
 }
@@ -200,21 +206,16 @@ void SelfAttention(ffi::ThreadPool& pool, const Shapes& s, const float* queries,
 void CrossAttention(ffi::ThreadPool& pool, const Shapes& s, const float* queries, int64_t query_stride,
                     const float* keys, const float* values, const bool* memory_mask, float* out) {
   const float root = std::sqrt(static_cast<float>(s.depth));
-  const int64_t min_chunk = std::max<int64_t>(1, 32768 / (s.sources * s.depth));
-  fastmt::ParallelBlocks(pool, s.rows * s.heads, min_chunk, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(s.sources);
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t r = p / s.heads, h = p % s.heads, b = r / s.steps;
-      const float* q = queries + r * query_stride + h * s.depth;
-      const float* head_keys = keys + (b * s.heads + h) * s.depth * s.sources;
-      std::fill(scores.begin(), scores.end(), 0.0f);
-      for (int64_t d = 0; d < s.depth; ++d) AddScaled(q[d], head_keys + d * s.sources, scores.data(), s.sources);
-      for (int64_t j = 0; j < s.sources; ++j) scores[j] /= root;
-      MaskedSoftmax(scores.data(), memory_mask + b * s.sources, s.sources);
-      const float* head_values = values + (b * s.heads + h) * s.depth * s.sources;
-      float* o = out + r * s.heads * s.depth + h * s.depth;
-      for (int64_t d = 0; d < s.depth; ++d) o[d] = Dot(scores.data(), head_values + d * s.sources, s.sources);
-    }
+  ForEachRowAndHead(pool, s, s.sources, [&](int64_t r, int64_t h, int64_t b, float* scores) {
+    const float* q = queries + r * query_stride + h * s.depth;
+    const float* head_keys = keys + (b * s.heads + h) * s.depth * s.sources;
+    std::fill(scores, scores + s.sources, 0.0f);
+    for (int64_t d = 0; d < s.depth; ++d) AddScaled(q[d], head_keys + d * s.sources, scores, s.sources);
+    for (int64_t j = 0; j < s.sources; ++j) scores[j] /= root;
+    MaskedSoftmax(scores, memory_mask + b * s.sources, s.sources);
+    const float* head_values = values + (b * s.heads + h) * s.depth * s.sources;
+    float* o = out + r * s.heads * s.depth + h * s.depth;
+    for (int64_t d = 0; d < s.depth; ++d) o[d] = Dot(scores, head_values + d * s.sources, s.sources);
   });
 }
 
@@ -330,6 +331,26 @@ ffi::Error DecoderStepImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int
   std::vector<float> x(f32(0), f32(0) + s.rows * s.emb), normed(s.rows * s.emb), attended(s.rows * width);
   std::vector<float> q(s.rows * widest), k(s.rows * widest), v(s.rows * widest), projected(s.rows * widest);
   QuantizedRows rows;
+  // Quantizes the rows of `input` (row stride `stride`) for products with k inputs.
+  auto quantize = [&](const float* input, int64_t stride, int64_t k) { Quantize(input, s.rows, stride, k, &rows); };
+  // Quantizes LayerNorm(x), the norm whose scale and bias are arguments `at` and `at + 1`.
+  auto quantize_normed = [&](int at) {
+    LayerNorm(x.data(), s.rows, s.emb, f32(at), f32(at + 1), epsilon, normed.data());
+    quantize(normed.data(), s.emb, s.emb);
+  };
+  // out = the quantized rows x m.
+  auto product = [&](const Matrix& m, float* out) {
+    const Matrix* matrix[1] = {&m};
+    float* outs[1] = {out};
+    Products(pool, rows, matrix, outs, 1);
+  };
+  // x += the quantized rows x m: a residual branch's last product.
+  auto add_to_residual = [&](const Matrix& m) {
+    product(m, projected.data());
+    for (int64_t r = 0; r < s.rows; ++r) {
+      for (int64_t i = 0; i < s.emb; ++i) x[r * s.emb + i] += projected[r * m.n + i];
+    }
+  };
 
   for (int64_t l = 0; l < layers; ++l) {
     const int base = kHeadArgs + l * kLayerArgs;
@@ -337,8 +358,7 @@ ffi::Error DecoderStepImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int
     float* cache_keys = cache[l];
     float* cache_values = cache[layers + l];
     // Self-attention: the new keys and values go into the cache first, then every new position attends.
-    LayerNorm(x.data(), s.rows, s.emb, f32(base), f32(base + 1), epsilon, normed.data());
-    Quantize(normed.data(), s.rows, s.emb, s.emb, &rows);
+    quantize_normed(base);
     const Matrix* qkv[3] = {&mat[kQuery], &mat[kKey], &mat[kValue]};
     float* qkv_out[3] = {q.data(), k.data(), v.data()};
     Products(pool, rows, qkv, qkv_out, 3);
@@ -351,39 +371,21 @@ ffi::Error DecoderStepImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int
       }
     }
     SelfAttention(pool, s, q.data(), mat[kQuery].n, cache_keys, cache_values, mask, attended.data());
-    Quantize(attended.data(), s.rows, width, width, &rows);
-    const Matrix* out_matrix[1] = {&mat[kOut]};
-    float* out_buffer[1] = {projected.data()};
-    Products(pool, rows, out_matrix, out_buffer, 1);
-    for (int64_t r = 0; r < s.rows; ++r) {
-      for (int64_t i = 0; i < s.emb; ++i) x[r * s.emb + i] += projected[r * mat[kOut].n + i];
-    }
+    quantize(attended.data(), width, width);
+    add_to_residual(mat[kOut]);
     // Cross-attention over the memory.
-    LayerNorm(x.data(), s.rows, s.emb, f32(base + 2), f32(base + 3), epsilon, normed.data());
-    Quantize(normed.data(), s.rows, s.emb, s.emb, &rows);
-    const Matrix* cross_query[1] = {&mat[kCrossQuery]};
-    float* query_buffer[1] = {q.data()};
-    Products(pool, rows, cross_query, query_buffer, 1);
+    quantize_normed(base + 2);
+    product(mat[kCrossQuery], q.data());
     const int memory = base + 6 + 4 * kMatrices;
     CrossAttention(pool, s, q.data(), mat[kCrossQuery].n, f32(memory), f32(memory + 1), memory_mask, attended.data());
-    Quantize(attended.data(), s.rows, width, width, &rows);
-    const Matrix* cross_out[1] = {&mat[kCrossOut]};
-    Products(pool, rows, cross_out, out_buffer, 1);
-    for (int64_t r = 0; r < s.rows; ++r) {
-      for (int64_t i = 0; i < s.emb; ++i) x[r * s.emb + i] += projected[r * mat[kCrossOut].n + i];
-    }
+    quantize(attended.data(), width, width);
+    add_to_residual(mat[kCrossOut]);
     // The feed-forward layer (its hidden units in q, ReLU in place).
-    LayerNorm(x.data(), s.rows, s.emb, f32(base + 4), f32(base + 5), epsilon, normed.data());
-    Quantize(normed.data(), s.rows, s.emb, s.emb, &rows);
-    const Matrix* dense0[1] = {&mat[kDense0]};
-    Products(pool, rows, dense0, query_buffer, 1);
+    quantize_normed(base + 4);
+    product(mat[kDense0], q.data());
     for (int64_t i = 0; i < s.rows * mat[kDense0].n; ++i) q[i] = std::max(q[i], 0.0f);
-    Quantize(q.data(), s.rows, mat[kDense0].n, mat[kDense1].k, &rows);
-    const Matrix* dense1[1] = {&mat[kDense1]};
-    Products(pool, rows, dense1, out_buffer, 1);
-    for (int64_t r = 0; r < s.rows; ++r) {
-      for (int64_t i = 0; i < s.emb; ++i) x[r * s.emb + i] += projected[r * mat[kDense1].n + i];
-    }
+    quantize(q.data(), mat[kDense0].n, mat[kDense1].k);
+    add_to_residual(mat[kDense1]);
   }
   LayerNorm(x.data(), s.rows, s.emb, f32(4), f32(5), epsilon, hidden);
   return ffi::Error::Success();
