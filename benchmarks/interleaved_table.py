@@ -1,6 +1,7 @@
 r"""The interleaved-decoder table from one fastmt.bench run (benchmarks/interleaved.sh writes both).
 
     python benchmarks/interleaved_table.py --runs runs/interleaved --eval_dir runs/interleaved/eval
+    python benchmarks/interleaved_table.py ... --baseline_method greedy@int8   # a bench run with --baseline greedy@int8
 
 Per model: test BLEU/chrF with greedy (AT) or ib (interleaved) and with beam 4, decoder calls per sentence,
 measured speed-ups against AT-KD greedy at batch 1 and at the large batch (same process, interleaved repeats),
@@ -16,6 +17,8 @@ calls_AT and calls_model are counted on the batch-1 timed sentences, as the spee
 2026-11-29; before, the whole split's calls at the large batch, another set of sentences).
 Everything else a translation pays once (dispatch, the loop's set-up, detokenisation) is left out, which makes
 the ideal a little higher than a perfect interleaved decoder could reach: a bar that errs against the method.
+In another precision (a bench run with --baseline greedy@int8 and --methods greedy@int8,ib@int8,...), the rows are
+that precision's (ib@int8 against greedy@int8) and the curve and encoder those of its step and encoder.
 Results written before the bench measured the encoder (and whose curve still counted a 32nd of the encoder in
 every call) take t_encoder as AT greedy's time minus its calls x step_cost(1), 0 if negative.
 """
@@ -64,13 +67,20 @@ def main():
   parser.add_argument('--runs', required=True)
   parser.add_argument('--eval_dir', required=True)
   parser.add_argument('--baseline', default='at_kd')
+  parser.add_argument('--baseline_method', default='greedy',
+                      help="the bench's --baseline (greedy@int8: every row's decoders in int8, against int8 greedy)")
   args = parser.parse_args()
+  suffix = args.baseline_method.partition('@')[1] + args.baseline_method.partition('@')[2]  # '' or '@int8'
   with open(os.path.join(args.eval_dir, 'results.json')) as f:
     data = json.load(f)
   results = {r['method']: r for r in data['results']}
   curve = {int(k): v for k, v in data['environment'].get('greedy_floor', {}).get('step_cost_ms_b1', {}).items()}
-  at = results['greedy']
+  at = results[args.baseline_method]
   floor = data['environment'].get('greedy_floor', {})
+  priced = floor.get('priced_row', 'greedy')
+  if floor and priced != args.baseline_method:  # the curve and encoder of another precision would price these rows
+    raise SystemExit(f'The bench priced {priced}, not {args.baseline_method}: run it with --baseline '
+                     f'{args.baseline_method}')
   encoder_ms = floor.get('encoder_ms_b1')
   if encoder_ms is None:  # an older results.json
     encoder_ms = at['ms_per_sentence_b1'] - at['decoder_calls_per_sentence'] * curve[1] if curve else float('nan')
@@ -85,7 +95,7 @@ def main():
   encoder_mean_ms = floor.get('encoder_ms_b1_mean_length')
 
   names = [args.baseline] + sorted({label.split('/')[0][:-len('_avg5')] for label in results if '/' in label})
-  print(f'Baseline: {args.baseline} greedy, {at["ms_per_sentence_b1"]:.2f} ms/sentence at batch 1; encoder share '
+  print(f'Baseline: {args.baseline} {args.baseline_method}, {at["ms_per_sentence_b1"]:.2f} ms/sentence at batch 1; encoder share '
         f'{encoder_ms:.2f} ms; step cost (ms, batch 1) by positions: '
         + ', '.join(f'{k}: {v:.3f} ({v / curve[1]:.2f}x)' for k, v in sorted(curve.items()) if k <= 8)
         + (f'; AT greedy\'s time less its calls at step_cost(1): '
@@ -100,9 +110,9 @@ def main():
   for name in names:
     slots = slots_of(args.runs, name, data['environment'], baseline=name == args.baseline)
     prefix = '' if name == args.baseline else f'{name}_avg5/'
-    interleaved = prefix + 'ib' in results if slots is None else slots != (1, 1)  # unknown: what the row ran
-    greedy = results.get(prefix + ('ib' if interleaved else 'greedy'))
-    beam = results.get(prefix + ('ib:4' if interleaved else 'beam:4'))
+    interleaved = prefix + 'ib' + suffix in results if slots is None else slots != (1, 1)  # unknown: what it ran
+    greedy = results.get(prefix + ('ib' if interleaved else 'greedy') + suffix)
+    beam = results.get(prefix + ('ib:4' if interleaved else 'beam:4') + suffix)
     if greedy is None:
       continue
     h, c = slots or ('?', '?')

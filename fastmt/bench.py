@@ -369,22 +369,24 @@ def _searches_one_hypothesis(translator) -> bool:
 def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, batch_size: int = 32,
                   speed_sentences: int = 100, large_batch_sentences: int = 256, repeats: int = 3,
                   exactness_at_batch1: bool = True, log=print, compare_workdirs=(), checkpoint='latest',
-                  drafter_workdir=None, bleu_tokenize: str = '13a', float32_kernel: bool = False):
+                  drafter_workdir=None, bleu_tokenize: str = '13a', float32_kernel: bool = False,
+                  baseline: str = 'greedy'):
   """Every method of `methods` on one workdir's model (and on compare_workdirs' models, side by side);
   returns (results, environment facts, hypotheses). bleu_tokenize: sacreBLEU's tokenizer
-  (decode_lib.BLEU_TOKENIZERS; zh for Chinese targets). float32_kernel: build_translators'."""
+  (decode_lib.BLEU_TOKENIZERS; zh for Chinese targets). float32_kernel: build_translators'. baseline: the label
+  the identity and speed-ups are relative to (measure's)."""
   decode_lib.check_bleu_tokenize(bleu_tokenize)  # before any model loads
   translators, model_config, step = build_comparison(workdir, compare_workdirs, methods, checkpoint, drafter_workdir,
                                                      float32_kernel)
   results, hypotheses, signatures = measure(translators, sources, references, batch_size, speed_sentences,
-                                            large_batch_sentences, repeats, exactness_at_batch1, log=log,
-                                            bleu_tokenize=bleu_tokenize)
+                                            large_batch_sentences, repeats, exactness_at_batch1,
+                                            baseline=baseline, log=log, bleu_tokenize=bleu_tokenize)
   environment = environment_facts(
       workdir=workdir, checkpoint_step=step, model_config=dataclasses.asdict(model_config), sentences=len(sources),
       speed_sentences=min(speed_sentences, len(sources)), large_batch_sentences=large_batch_sentences,
       batch_size=batch_size, repeats=repeats, compared_with=list(compare_workdirs), drafter_workdir=drafter_workdir,
       objectives=objectives_of(workdir, compare_workdirs), auto_widths=auto_widths_of(translators),
-      float32_kernel=float32_kernel and kernels.available('float32'), **signatures)
+      float32_kernel=float32_kernel and kernels.available('float32'), baseline=baseline, **signatures)
   return results, environment, hypotheses
 
 
@@ -420,15 +422,17 @@ def _cpu_model() -> str:
   return platform.processor()
 
 
-def no_baseline_note(labels) -> str | None:
-  """Why the identity and speed-up columns are blank when no row is --workdir's greedy (they are relative to it):
-  an interleaved model, which has no greedy search, benched alone or as the --workdir of a comparison."""
-  if 'greedy' in labels:
+def no_baseline_note(labels, baseline: str = 'greedy') -> str | None:
+  """Why the identity and speed-up columns are blank when no row is --workdir's `baseline` (greedy unless
+  --baseline names another; they are relative to it): an interleaved model, which has no greedy search, benched
+  alone or as the --workdir of a comparison."""
+  if baseline in labels:
     return None
-  others = [label for label in labels if label.rpartition('/')[2] == 'greedy']
-  where = (f'the greedy rows ({", ".join(others)}) are of --compare\'s models: give that model as --workdir'
+  others = [label for label in labels if label.rpartition('/')[2] == baseline]
+  where = (f'the {baseline} rows ({", ".join(others)}) are of --compare\'s models: give that model as --workdir'
            if others else 'bench it beside an autoregressive model of the same data: --workdir AT --compare THIS')
-  return f'No greedy row of --workdir\'s model: the "= greedy" and speed-up columns, relative to it, are blank; {where}'
+  return (f'No {baseline} row of --workdir\'s model: the "= greedy" and speed-up columns, relative to it, are '
+          f'blank; {where}')
 
 
 def format_table(results, batch_size: int = 32) -> str:
@@ -488,18 +492,37 @@ def define_flags():
                     '(zh for Chinese targets; decode.py --help says more).')
   flags.DEFINE_integer('limit', 0, 'Translate only the first N sentences of the split (0 = all).')
   flags.DEFINE_string('output_dir', None, 'Where to write results.json, table.md and hypotheses.')
+  flags.DEFINE_string('baseline', 'greedy', 'The row of --workdir\'s model that identity and speed-ups are relative '
+                      'to and that --floor prices: greedy, or greedy in another precision (greedy@int8: int8 '
+                      'decoders against int8 greedy, their ideal speed-ups from the int8 step-cost curve and '
+                      'encoder). One of --methods.')
   flags.DEFINE_bool('floor', True, 'Also measure batch-1 greedy against the bandwidth/compute floor and the '
                     'step-cost curve and the encoder alone (a minute more).')
 
 
-def _greedy_floor(workdir, sources, results):
+def priced_weights(model_config, params, baseline: str = 'greedy', float32_kernel: bool = False):
+  """(config, params) of the model as the `baseline` row decodes it (its precision; with float32_kernel, a
+  float32 row's products of at most 8 rows through fastmt's kernel): what the floor pass's step-cost curve and
+  encoder time, so that they price the calls that row and its peers in the same precision make."""
+  _, _, dtype = parse_method(baseline)
+  config, params = precision.for_inference(model_config, params, dtype)
+  if float32_kernel and dtype == 'float32':
+    params = few_rows.with_layout(params)
+  return config, params
+
+
+def _greedy_floor(workdir, sources, results, baseline: str = 'greedy'):
   """Batch-1 greedy ms/token against the bandwidth/compute floor measured on this machine.
 
   greedy_ms_per_token_b1 is end to end (the encoder, tokenising and detokenising included) over greedy's
   decoder calls on the same timed sentences; greedy_step_ms_b1 subtracts the encoder (padded as the Translator
   pads it), so step_times_the_floor compares a decoder step with the floor's step.
+
+  `baseline` is the greedy row priced (--baseline): its precision is the step-cost curve's and the encoder's, so
+  that greedy@int8 as the baseline gives the int8 decoders' ideal speed-ups (the int8 step, the int8 encoder).
+  The bandwidth/compute floor counts float32 weights whatever the precision.
   """
-  greedy = next((r for r in results if r.method == 'greedy'), None)
+  greedy = next((r for r in results if r.method == baseline), None)
   if greedy is None:
     return {}
   model_config = workdir_lib.load_model_config(workdir)
@@ -508,6 +531,7 @@ def _greedy_floor(workdir, sources, results):
   source_lengths = [len(x) + 1 for x in tokenizer.encode(subset)]
   source_len = float(np.mean(source_lengths))
   params, _ = workdir_lib.restore_params(workdir, model_config, FLAGS.checkpoint)
+  floor_config, floor_params = priced_weights(model_config, params, baseline, FLAGS.float32_kernel)
   calls_per_sentence = greedy.decoder_calls_per_sentence_b1_timed  # on the timed sentences, as the time is
   target_len = round(calls_per_sentence)
   step_bytes, _ = roofline.decoder_step_cost(model_config, int(source_len), target_len)
@@ -516,19 +540,17 @@ def _greedy_floor(workdir, sources, results):
   floor = roofline.floor_ms_per_token(model_config, int(source_len), target_len, bandwidth, peak)
   dram = roofline.measure_bandwidth_gb_s()
   ms_per_token = greedy.ms_per_sentence_b1 / calls_per_sentence
-  if FLAGS.float32_kernel:  # the calls the decoders made: the layers' products of at most 8 rows through the kernel
-    params = few_rows.with_layout(params)
-  curves = {f'step_cost_ms_b{b}': roofline.step_cost_curve(model_config, params, batch_size=b,
+  curves = {f'step_cost_ms_b{b}': roofline.step_cost_curve(floor_config, floor_params, batch_size=b,
                                                            source_length=int(source_len)) for b in (1, 32)}
   # What every sentence pays once whatever decodes it: the ideal speed-ups add it to the decoder calls. At
   # batch 1 each source is padded to its own bucket, as the Translator does (until 2026-11-25: the mean length,
   # kept as encoder_ms_b1_mean_length); at batch 32 the mean length stands for a batch's width.
-  encoder = {f'encoder_ms_b{b}': roofline.encoder_cost(model_config, params, batch_size=b,
+  encoder = {f'encoder_ms_b{b}': roofline.encoder_cost(floor_config, floor_params, batch_size=b,
                                                       source_length=int(source_len)) for b in (1, 32)}
   encoder['encoder_ms_b1_mean_length'] = encoder['encoder_ms_b1']
-  encoder['encoder_ms_b1'] = roofline.encoder_cost_padded(model_config, params, source_lengths)
+  encoder['encoder_ms_b1'] = roofline.encoder_cost_padded(floor_config, floor_params, source_lengths)
   step_ms = (greedy.ms_per_sentence_b1 - encoder['encoder_ms_b1']) / calls_per_sentence
-  return {**floor, 'bandwidth_gb_s': bandwidth, 'main_memory_gb_s': dram,
+  return {**floor, 'priced_row': baseline, 'bandwidth_gb_s': bandwidth, 'main_memory_gb_s': dram,
           'main_memory_floor_ms': step_bytes / (dram * 1e9) * 1e3, 'peak_gflop_s': peak,
           'greedy_calls_per_sentence_b1': calls_per_sentence, 'greedy_ms_per_token_b1': ms_per_token,
           'times_the_floor': ms_per_token / floor['floor_ms_per_token'],
@@ -544,6 +566,11 @@ def _check_counts() -> None:
       raise FastmtError(f'--{name} must be >= {least}, got {FLAGS[name].value}')
   for label in FLAGS.methods or ():
     parse_method(label, allow_auto=True)  # a malformed method is an error before any model loads
+  _, baseline, _ = parse_method(FLAGS.baseline)
+  if baseline.algorithm != 'greedy':  # the floor prices the baseline's calls at the one-position step's cost
+    raise FastmtError(f'--baseline must be a greedy row (greedy, greedy@int8, ...), got {FLAGS.baseline}')
+  if FLAGS.methods and FLAGS.baseline not in FLAGS.methods:
+    raise FastmtError(f'--baseline {FLAGS.baseline} is not one of --methods ({",".join(FLAGS.methods)})')
   repeated = sorted({label for label in FLAGS.methods or () if FLAGS.methods.count(label) > 1})
   if repeated:  # the table kept one row of each, without a word
     raise FastmtError(f'--methods names {", ".join(repeated)} more than once')
@@ -574,11 +601,11 @@ def main(argv):
       FLAGS.workdir, sources, references, methods, FLAGS.batch_size, FLAGS.speed_sentences,
       FLAGS.large_batch_sentences, FLAGS.repeats, FLAGS.exactness_at_batch1, compare_workdirs=FLAGS.compare,
       checkpoint=FLAGS.checkpoint, drafter_workdir=FLAGS.drafter_workdir, bleu_tokenize=FLAGS.bleu_tokenize,
-      float32_kernel=FLAGS.float32_kernel)
+      float32_kernel=FLAGS.float32_kernel, baseline=FLAGS.baseline)
   table = format_table(results, FLAGS.batch_size)
   print(table)
   print(json.dumps(environment, indent=1))
-  note = no_baseline_note([r.method for r in results])
+  note = no_baseline_note([r.method for r in results], FLAGS.baseline)
   if note:
     logging.warning(note)
   # Written before the floor pass, so a failure there loses nothing.
@@ -586,7 +613,7 @@ def main(argv):
   if FLAGS.floor and not FLAGS.speed_sentences:
     logging.warning('--floor needs batch-1 timing: skipped with --speed_sentences 0')
   elif FLAGS.floor and not note:  # the floor prices greedy's calls: nothing to price without its row (said above)
-    environment['greedy_floor'] = _greedy_floor(FLAGS.workdir, sources, results)
+    environment['greedy_floor'] = _greedy_floor(FLAGS.workdir, sources, results, FLAGS.baseline)
     print(json.dumps(environment['greedy_floor'], indent=1))
     write_outputs(FLAGS.output_dir, results, environment, hypotheses, table)
 

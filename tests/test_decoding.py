@@ -242,6 +242,24 @@ def test_step_cost_curve_times_the_translators_calls(dtype, batch_size):
   assert 0 < roofline.encoder_cost(config, params, batch_size=batch_size, source_length=6, repeats=1) < 1e4
 
 
+def test_the_floor_pass_prices_the_baseline_rows_precision():
+  """fastmt-bench --baseline greedy@int8: the floor pass's curve and encoder run the int8 model (its decoder calls
+  through the one-call int8 step where that runs), so that the int8 rows' ideal speed-ups price int8 calls;
+  --float32_kernel's packing goes only to a float32 baseline."""
+  from fastmt import bench, few_rows, int8_step, kernels  # pylint: disable=g-import-not-at-top
+  config, params = tiny_model_config(), random_model(0)[1]
+  int8_config, int8_params = bench.priced_weights(config, params, 'greedy@int8', float32_kernel=True)
+  assert int8_config.quantization == 'int8' and int8_config.dtype == 'float32'
+  if kernels.available('int8_step'):
+    assert int8_step.unsupported_reason(int8_config, int8_params) == ''
+  float_config, float_params = bench.priced_weights(config, params, 'greedy')
+  assert float_config == config
+  jax.tree.map(np.testing.assert_array_equal, float_params, params)
+  assert not few_rows.has_layout(int8_params)
+  if kernels.available('float32'):  # the kernel's packed copy beside each float Dense kernel
+    assert few_rows.has_layout(bench.priced_weights(config, params, 'greedy', float32_kernel=True)[1])
+
+
 def test_encoder_cost_padded_times_each_source_at_its_bucket(monkeypatch):
   """The bench's encoder share at batch 1: each source at the width the Translator pads it to
   (translate.source_buckets), weighted by how many sources share it; over-long sources at max_length."""

@@ -725,6 +725,10 @@ def test_the_bench_says_why_an_interleaved_models_speed_ups_are_blank():
   assert bench.no_baseline_note(['greedy', 'beam:4', 'ib_small/ib']) is None
   assert '--workdir AT --compare THIS' in bench.no_baseline_note(['ib', 'ib:4'])
   assert 'at_small/greedy' in bench.no_baseline_note(['ib', 'at_small/greedy', 'at_small/beam:4'])
+  # --baseline greedy@int8: the int8 rows against int8 greedy
+  assert bench.no_baseline_note(['greedy@int8', 'ib_small/ib@int8'], 'greedy@int8') is None
+  assert 'greedy@int8 row' in bench.no_baseline_note(['greedy', 'ib_small/ib@int8'], 'greedy@int8')
+  assert 'at_small/greedy@int8' in bench.no_baseline_note(['ib@int8', 'at_small/greedy@int8'], 'greedy@int8')
 
 
 def test_the_table_reads_each_rows_factorisation_from_results_json(tmp_path):
@@ -756,6 +760,42 @@ def test_the_table_reads_each_rows_factorisation_from_results_json(tmp_path):
   assert table.timed_calls({'decoder_calls_per_sentence': 30.0, 'decoder_calls_per_sentence_b1_timed': 28.5}) == 28.5
   assert table.timed_calls({'decoder_calls_per_sentence': 30.0, 'decoder_calls_per_sentence_b1_timed': math.nan}) == 30
   assert table.timed_calls({'decoder_calls_per_sentence': 30.0}) == 30.0
+
+
+def _table_module():
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location('interleaved_table', REPO / 'benchmarks/interleaved_table.py')
+  table = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(table)
+  return table
+
+
+def test_the_table_of_int8_rows_prices_them_with_the_curve_of_their_precision(tmp_path, monkeypatch, capsys):
+  """A bench run with --baseline greedy@int8 (every row in int8, the floor pass's curve and encoder int8's):
+  interleaved_table.py --baseline_method greedy@int8 reads the @int8 rows and their ideal from that curve, and
+  refuses a run whose curve priced another row (the float curve would price int8 calls)."""
+  table = _table_module()
+  def row(method, calls, speedup):
+    return {'method': method, 'bleu': 9.0, 'chrf': 30.0, 'length_ratio': 1.0, 'decoder_calls_per_sentence': calls,
+            'decoder_calls_per_sentence_b1_timed': calls, 'speedup_b1': speedup, 'speedup_large': 1.0,
+            'ms_per_sentence_b1': 5.0}
+  results = [row('greedy', 30, 0.5), row('greedy@int8', 30, 1.0), row('ib_kd_avg5/ib', 15, 0.6),
+             row('ib_kd_avg5/ib@int8', 16, 1.5)]
+  floor = {'priced_row': 'greedy@int8', 'encoder_ms_b1': 1.0, 'step_cost_ms_b1': {'1': 0.1, '2': 0.15}}
+  environment = {'greedy_floor': floor, 'objectives': {
+      'ib_kd_avg5': {'objective': 'interleaved', 'options': {'directions': 2, 'words_per_direction': 1}},
+      '': {'objective': 'at', 'options': {}}}}
+  (tmp_path / 'results.json').write_text(json.dumps({'results': results, 'environment': environment}))
+  argv = ['interleaved_table.py', '--runs', str(tmp_path), '--eval_dir', str(tmp_path)]
+  monkeypatch.setattr('sys.argv', argv + ['--baseline_method', 'greedy@int8'])
+  table.main()
+  ideal = (1 + 30 * 0.1) / (1 + 16 * 0.15)
+  ib_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith('| ib_kd |'))
+  cells = [cell.strip() for cell in ib_line.split('|')]
+  assert cells[8:12] == ['16.00', '1.50', f'{ideal:.2f}', f'{1.5 / ideal:.2f}'], cells
+  monkeypatch.setattr('sys.argv', argv)  # the float rows, but the curve is int8's
+  with pytest.raises(SystemExit, match='priced greedy@int8, not greedy'):
+    table.main()
 
 
 @pytest.mark.xdist_group('interleaved_model')

@@ -157,8 +157,11 @@ def test_bench_refuses_counts_that_would_fail_after_the_work_before_loading_anyt
   commands = {'--repeats=0': '--repeats must be >= 1', '--limit=-3': '--limit must be >= 0',
               '--methods=greedy:4': 'greedy takes at most 0 numbers',
               '--methods=greedy,pgj:3,greedy': '--methods names greedy more than once',  # one row, silently
-              'beam:4': "Unexpected arguments: ['beam:4']"}  # as in `--methods greedy beam:4`, through cli.run
-  processes = {flag: subprocess.Popen([sys.executable, '-m', 'fastmt.bench', '--workdir', str(tmp_path / 'none'), flag],
+              'beam:4': "Unexpected arguments: ['beam:4']",  # as in `--methods greedy beam:4`, through cli.run
+              '--baseline=beam:4': '--baseline must be a greedy row',  # the floor prices one-position calls
+              '--methods=greedy,ib --baseline=greedy@int8': '--baseline greedy@int8 is not one of --methods'}
+  processes = {flag: subprocess.Popen([sys.executable, '-m', 'fastmt.bench', '--workdir', str(tmp_path / 'none'),
+                                       *flag.split(' ')],
                                       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for flag in commands}
   for flag, process in processes.items():
