@@ -87,6 +87,40 @@ def test_the_one_call_decoder_is_the_xla_decoder_call(config, steps):
 
 
 @needs_kernel
+@pytest.mark.parametrize('directions, words', [(2, 1), (2, 2), (1, 2)], ids=['ib', 'ib_sa', 'sa'])
+def test_an_interleaved_call_is_the_xla_decoder_call(directions, words):
+  """The calls of `--algorithm ib` on an int8 model: z = h * c slots a step at signed positions (Eq. 7, right to
+  left ones negative), under M(h, c) (the slots of a step see each other and every earlier step): the same logits
+  and written cache as the XLA path."""
+  from fastmt.decoding import interleaving  # pylint: disable=g-import-not-at-top
+  layout = interleaving.Interleaving(directions=directions, words_per_direction=words)
+  z, slots = layout.slots, 16
+  model, params = _int8_model(4)
+  source = jnp.array([[4, 5, 6, 7, 2], [9, 8, 2, 0, 0]])
+  batch = source.shape[0]
+  memory = _memory(model, params, source)
+  reference = jax.jit(_xla_step_fn(model, params, memory))
+  fused = jax.jit(translate.make_step_fn(model, params, memory, None, translate.transposed_output_layout(params)))
+  all_positions = interleaving.positions(layout, slots // z)
+  assert (all_positions < 0).any() == (directions == 2)
+  rng = np.random.default_rng(z)
+  for step in (0, 2):  # a step's z slots from slot step * z, as the decoder writes them
+    offsets = jnp.full((batch,), step * z, jnp.int32)
+    tokens = jnp.asarray(rng.integers(3, model.config.vocab_size, (batch, z)), jnp.int32)
+    positions = jnp.broadcast_to(all_positions[step * z:(step + 1) * z], (batch, z))
+    mask = jnp.broadcast_to(interleaving.self_mask(layout, z, slots, step * z), (batch, z, slots))
+    cache = _random_cache(model.config, batch, slots, step)
+    expected_logits, expected_cache = reference(tokens, positions, mask, cache, offsets)
+    logits, new_cache = fused(tokens, positions, mask, cache, offsets)
+    np.testing.assert_allclose(logits, expected_logits, rtol=1e-4, atol=1e-4, err_msg=f'step {step}')
+    for part in ('k', 'v'):
+      for layer in range(model.config.num_decoder_layers):
+        written = slice(step * z, (step + 1) * z)
+        np.testing.assert_allclose(np.asarray(new_cache[part][layer])[:, written],
+                                   np.asarray(expected_cache[part][layer])[:, written], rtol=1e-4, atol=1e-5)
+
+
+@needs_kernel
 def test_a_projected_slot_and_a_row_that_sees_no_slot():
   """`project` picks positions per row as the XLA path does; a row whose mask allows no slot gets uniform
   attention over every slot, as XLA's softmax over -1e9 scores gives."""

@@ -488,6 +488,26 @@ def interleaved_workdir(tmp_path_factory, tiny_config):
   return workdir, config
 
 
+@pytest.mark.xdist_group('interleaved_model')
+def test_an_int8_interleaved_model_decodes_through_the_one_call_int8_decoder(interleaved_workdir):
+  """`--algorithm ib --dtype int8` (the bench's ib@int8): every step's call of an interleaved model goes through
+  the one-call int8 decoder where it runs (tests/test_int8_step.py checks an interleaved call's logits against
+  XLA's), greedy and beam alike, and translates every line."""
+  import fastmt  # pylint: disable=g-import-not-at-top
+  from fastmt import kernels  # pylint: disable=g-import-not-at-top
+  workdir, _ = interleaved_workdir
+  model = fastmt.load(workdir, dtype='int8')
+  texts = ['And God said, Let there be light.', 'God', '']
+  for beam_size in (1, 3):
+    translator = model.translator('ib', beam_size=beam_size)
+    lowered = translator._decode.lower(translator.params, jnp.zeros((2, 8), jnp.int32), jnp.full((2,), 8, jnp.int32),
+                                       translator.clusters, translator.draft_table, translator.output_projection,
+                                       translator.drafter, None)
+    assert (kernels.INT8_STEP_TARGET in lowered.as_text()) == kernels.available('int8_step'), beam_size
+    hypotheses, stats = translator.translate(texts, 2)
+    assert len(hypotheses) == 3 and hypotheses[2] == '' and stats.decoder_calls > 0
+
+
 @pytest.mark.xdist_group('interleaved_model')  # one worker trains the module's model (--dist loadgroup)
 def test_trained_interleaved_model_translates_with_ib_and_refuses_other_algorithms(interleaved_workdir,
                                                                                    trained_workdir):
