@@ -67,15 +67,23 @@ class TranslationModel:
     self._drafter_dtype = dtype  # a drafter loads as asked (a float drafter is not quantized for this model)
     self.objective_options = dict(objective_options or {})
     self._draft_models = {}
+    # _lock guards the translators and the weights; a new translator is built under _build_lock only, so that
+    # other threads' translators (a server's other requests) are looked up meanwhile, not held up by a drafter
+    # model loading or clusters being read. Builds take turns (two threads asking for one new translator build
+    # it once); weights assigned during a build make it start again (_generation).
     self._lock = threading.Lock()
+    self._build_lock = threading.Lock()
+    self._generation = 0
     self._use_params(params)
 
   def _use_params(self, params) -> None:
-    """These weights for every translator from now on: what was built from the old ones is dropped."""
-    with self._lock:  # not while another thread builds a translator from the old weights' layout
+    """These weights for every translator from now on: what was built from the old ones is dropped, and a build
+    under way with them starts again."""
+    with self._lock:
       self._use_params_locked(params)
 
   def _use_params_locked(self, params) -> None:
+    self._generation += 1
     self._params = params
     # Packed once for every Translator of this model (the Translator packs nothing more).
     self._translator_params = few_rows.with_layout(params) if self.float32_kernel else params
@@ -120,31 +128,68 @@ class TranslationModel:
     # Settings the algorithm ignores (greedy's alpha) are left out of the key: they would compile the same
     # program again and keep it, once per value a caller sends.
     decode_settings = registry.without_ignored_settings(decode_settings)
-    with self._lock:  # two threads asking for one new translator build it once
-      draft_model = self._load_draft_model(draft_model)
-      # The key holds the drafter (its identity stays unique) and the algorithm itself: one registered again
-      # under its name (registry.register_algorithm(..., replace=True)) gets a translator of its own.
-      key = (decode_settings, clusters, draft_model, registry.get(decode_settings.algorithm))
-      if key in self._translators:
-        self._translators.move_to_end(key)
-        return self._translators[key]
-      from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
-      draft_table = decode_lib.draft_table_for(self.workdir, decode_settings)
-      clusters_array = self._load_clusters(clusters)
-      if clusters_array is None and self._output_layout is None:  # on the devices once: each Translator's
-        # device_put of it is then a no-op, not a copy (7.8 MiB for the quickstart's, 64 MiB for 32k x 512)
-        self._output_layout = jax.device_put(transposed_output_layout(self._params),
-                                             NamedSharding(local_mesh(), PartitionSpec()))
-      translator = Translator(self.config, self._translator_params, self.tokenizer, decode_settings,
-                              clusters_array, draft_table, self.objective,
-                              objective_options=self.objective_options, draft_model=draft_model,
-                              checkpoint_step=self.step, int8_copy=self._int8_copy.for_settings(decode_settings),
-                              float32_kernel=self.float32_kernel,
-                              transposed_output=True if clusters_array is not None else self._output_layout)
-      self._translators[key] = translator
-      while len(self._translators) > MAX_TRANSLATORS:  # a server sending a new alpha with every request
-        self._translators.popitem(last=False)  # its compiled programs go with it (unless a caller holds it)
-      return translator
+    # The key holds the drafter (its identity stays unique; a work directory's name stands for the model
+    # loaded from it) and the algorithm itself: one registered again under its name
+    # (registry.register_algorithm(..., replace=True)) gets a translator of its own.
+    key = (decode_settings, clusters, self._drafter_key(draft_model), registry.get(decode_settings.algorithm))
+    found = self._cached_translator(key)
+    if found is not None:
+      return found
+    with self._build_lock:
+      while True:
+        with self._lock:  # built by another thread while this one waited; else this build's weights
+          found = self._cached_translator_locked(key)
+          if found is not None:
+            return found
+          generation, params, translator_params = self._generation, self._params, self._translator_params
+          int8_copy, clusters_cache, output_layout = self._int8_copy, self._clusters, self._output_layout
+        translator, output_layout = self._build(decode_settings, clusters, draft_model, params, translator_params,
+                                                int8_copy, clusters_cache, output_layout)
+        with self._lock:
+          if self._generation != generation:  # model.params = ... meanwhile: build again with the new weights
+            continue
+          if output_layout is not None:
+            self._output_layout = output_layout
+          self._translators[key] = translator
+          while len(self._translators) > MAX_TRANSLATORS:  # a server sending a new alpha with every request
+            self._translators.popitem(last=False)  # its compiled programs go with it (unless a caller holds it)
+          return translator
+
+  def _drafter_key(self, draft_model):
+    if draft_model is None or isinstance(draft_model, TranslationModel):
+      return draft_model
+    self._check_draft_model_type(draft_model)
+    return os.path.expanduser(os.fspath(draft_model))
+
+  def _cached_translator(self, key) -> Translator | None:
+    with self._lock:
+      return self._cached_translator_locked(key)
+
+  def _cached_translator_locked(self, key) -> Translator | None:
+    if key in self._translators:
+      self._translators.move_to_end(key)
+      return self._translators[key]
+    return None
+
+  def _build(self, decode_settings, clusters, draft_model, params, translator_params, int8_copy, clusters_cache,
+             output_layout) -> tuple[Translator, object]:
+    """(a new Translator of these weights, the shared output layout it uses): outside _lock, with the
+    weights and caches of one generation, so that a later model.params = ... neither changes nor is changed by
+    what it makes."""
+    from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+    draft_model = self._load_draft_model(draft_model)
+    draft_table = decode_lib.draft_table_for(self.workdir, decode_settings)
+    clusters_array = self._load_clusters(clusters, clusters_cache, params)
+    if clusters_array is None and output_layout is None:  # on the devices once: each Translator's device_put
+      # of it is then a no-op, not a copy (7.8 MiB for the quickstart's, 64 MiB for 32k x 512)
+      output_layout = jax.device_put(transposed_output_layout(params), NamedSharding(local_mesh(), PartitionSpec()))
+    translator = Translator(self.config, translator_params, self.tokenizer, decode_settings,
+                            clusters_array, draft_table, self.objective,
+                            objective_options=self.objective_options, draft_model=draft_model,
+                            checkpoint_step=self.step, int8_copy=int8_copy.for_settings(decode_settings),
+                            float32_kernel=self.float32_kernel,
+                            transposed_output=True if clusters_array is not None else output_layout)
+    return translator, output_layout
 
   def choose_width(self, batch_size: int = 32, calibration=None, clusters: str | None = None, draft_model=None,
                    **settings) -> int:
@@ -166,24 +211,31 @@ class TranslationModel:
                   for w, s in width.candidate_settings(DecodeSettings('spec', **settings)).items()}
     return width.AutoWidthTranslator(candidates, calibration).width_for(batch_size)
 
-  def _load_draft_model(self, draft_model):
-    if draft_model is None or isinstance(draft_model, TranslationModel):
-      return draft_model
+  @staticmethod
+  def _check_draft_model_type(draft_model) -> None:
     if not isinstance(draft_model, (str, os.PathLike)):
       raise FastmtError(f'draft_model must be a TranslationModel or its work directory (a str or a path), got '
                         f'{type(draft_model).__name__}')
+
+  def _load_draft_model(self, draft_model):
+    """The drafter, a work directory loaded once (under _build_lock: builds take turns)."""
+    if draft_model is None or isinstance(draft_model, TranslationModel):
+      return draft_model
+    self._check_draft_model_type(draft_model)
     draft_model = os.path.expanduser(os.fspath(draft_model))
     if draft_model not in self._draft_models:
       self._draft_models[draft_model] = load(draft_model, dtype=self._drafter_dtype)
     return self._draft_models[draft_model]
 
-  def _load_clusters(self, directory):
+  def _load_clusters(self, directory, cache: dict, params):
+    """The clusters of `directory` for `params`, kept in `cache` (the dict of those weights' generation: new
+    weights start an empty one, and a build of the old ones still writes into the old one)."""
     if directory is None:
       return None
-    if directory not in self._clusters:
+    if directory not in cache:
       from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
-      self._clusters[directory] = clusters_lib.load_clusters(directory, self.config, self.tokenizer, self._params)
-    return self._clusters[directory]
+      cache[directory] = clusters_lib.load_clusters(directory, self.config, self.tokenizer, params)
+    return cache[directory]
 
   def translate(self, texts: str | Sequence[str], algorithm: str | None = None, batch_size: int = 32, *,
                 clusters: str | None = None, draft_model=None, stats: TranslationStats | None = None,

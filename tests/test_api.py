@@ -101,6 +101,37 @@ def test_new_weights_assigned_while_a_translator_is_built_never_meet_the_old_lay
   assert not np.asarray(model.translator('greedy').output_projection).any()  # the new, zero weights' layout
 
 
+def test_a_built_translator_is_found_while_another_thread_builds_one(trained_workdir, monkeypatch):
+  """A server's request for a translator already built waited while another thread built a new one (loading a
+  drafter model or clusters, under the model's one lock); now only builds take turns."""
+  import threading  # pylint: disable=g-import-not-at-top
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  model = fastmt.load(trained_workdir)
+  greedy = model.translator('greedy')
+  building, release = threading.Event(), threading.Event()
+  real = decode_lib.draft_table_for
+
+  def slow_build(workdir, settings):  # a part of every build: held open here for the pgj translator
+    if settings.algorithm == 'pgj':
+      building.set()
+      assert release.wait(60)
+    return real(workdir, settings)
+  monkeypatch.setattr(decode_lib, 'draft_table_for', slow_build)
+  built, found = [], []
+  builder = threading.Thread(target=lambda: built.append(model.translator('pgj', block_size=3)))
+  builder.start()
+  assert building.wait(60)
+  reader = threading.Thread(target=lambda: found.append(model.translator('greedy')))
+  reader.start()
+  reader.join(timeout=30)
+  waited = reader.is_alive()  # still waiting for the build: the old behaviour
+  release.set()
+  builder.join()
+  reader.join()
+  assert not waited and found == [greedy]
+  assert built[0] is model.translator('pgj', block_size=3)  # kept, not built twice
+
+
 def test_threads_sharing_a_model_compile_each_shape_once(trained_workdir):
   """Two threads meeting a new shape at once both compiled it (the check and the compile were not one step)."""
   import concurrent.futures  # pylint: disable=g-import-not-at-top
