@@ -485,6 +485,7 @@ class Translator:
     # (rows, bucket) -> compiled executable; the least recently used may be dropped (fastmt.executables)
     self._compiled = {}
     self._compile_lock = threading.Lock()  # threads sharing a translator compile each new shape once
+    self._first_device_weights = None  # _weights(one_device=True)'s, made when first needed
     self.compiler_options = dict(compiler_options or {})
     self.buckets = source_buckets(config.max_length)
 
@@ -539,7 +540,10 @@ class Translator:
     for start in range(0, len(order), batch_size):
       indices = order[start:start + batch_size]
       bucket = next(b for b in self.buckets if b >= max(len(source_ids[i]) for i in indices))
-      rows = batch_rows(len(indices), batch_size, self.mesh.size)
+      # Fewer sentences than devices (a lone sentence on a TPU's 8 cores): one device decodes them (decode_batch)
+      # rather than every device a row, mostly padding, with the devices agreeing after every step.
+      devices = self.mesh.size if len(indices) >= self.mesh.size else 1
+      rows = batch_rows(len(indices), batch_size, devices)
       source = np.full((rows, bucket), PAD_ID, np.int32)
       caps = np.zeros((rows,), np.int32)
       for row, i in enumerate(indices):
@@ -560,16 +564,37 @@ class Translator:
     executables.PROCESS.used(self, key)
     return executable
 
+  def on_one_device(self, rows: int) -> bool:
+    """Whether a batch of `rows` rows decodes on the first device alone: on several devices, a batch that does
+    not split evenly over them (fewer rows than devices: batches() makes such batches only then)."""
+    return self.mesh.size > 1 and rows % self.mesh.size != 0
+
+  def _weights(self, one_device: bool) -> tuple:
+    """(params, clusters, draft_table, output_projection, drafter) as the executable takes them: replicated over
+    the mesh, or the first device's copies (views of the replicated arrays' buffers there, made once)."""
+    weights = (self.params, self.clusters, self.draft_table, self.output_projection, self.drafter)
+    if not one_device:
+      return weights
+    if self._first_device_weights is None:
+      device = self.mesh.devices.flat[0]
+      first = lambda x: next(s.data for s in x.addressable_shards if s.device == device) \
+          if isinstance(x, jax.Array) else x
+      self._first_device_weights = jax.tree_util.tree_map(first, weights)
+    return self._first_device_weights
+
   def _compile(self, rows: int, bucket: int, stats: TranslationStats | None):
     executables.PROCESS.make_room()  # under vm.max_map_count: XLA aborts a compile that meets it
     start = time.perf_counter()
-    spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self.rows_sharding)
+    one_device = self.on_one_device(rows)
+    rows_sharding = jax.sharding.SingleDeviceSharding(self.mesh.devices.flat[0]) if one_device else self.rows_sharding
+    spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=rows_sharding)
     recent = None
     if self.recent_size:
-      recent = jax.ShapeDtypeStruct((self.recent_size,), jnp.int32, sharding=NamedSharding(self.mesh, P()))
-    executable = self._decode.lower(self.params, spec((rows, bucket)), spec((rows,)), self.clusters,
-                                    self.draft_table, self.output_projection, self.drafter,
-                                    recent).compile(self.compiler_options or None)
+      recent = jax.ShapeDtypeStruct((self.recent_size,), jnp.int32,
+                                    sharding=rows_sharding if one_device else NamedSharding(self.mesh, P()))
+    params, clusters, draft_table, output_projection, drafter = self._weights(one_device)
+    executable = self._decode.lower(params, spec((rows, bucket)), spec((rows,)), clusters, draft_table,
+                                    output_projection, drafter, recent).compile(self.compiler_options or None)
     if stats is not None:
       stats.compile_seconds += time.perf_counter() - start
     self._compiled[(rows, bucket)] = executable
@@ -596,17 +621,19 @@ class Translator:
       lengths = (source != PAD_ID).sum(1)
       row_caps = np.array([self.row_cap(n) if n else 0 for n in lengths], np.int32)
     executable = self._executable(*source.shape, stats)
-    if self.rows_sharding.mesh.size == 1:
+    one_device = self.mesh.size == 1 or self.on_one_device(source.shape[0])
+    if one_device:
       # One device: the executable places host arrays itself. A jax.device_put of each first cost 0.2-0.8 ms
       # more per call on XLA:CPU (benchmarks/dispatch_cost.py, docs/BENCHMARKS.md section 1), which a batch-1
       # caller pays per line.
       put = lambda x: np.asarray(x, np.int32)
     else:
       put = lambda x: jax.device_put(np.asarray(x, np.int32), self.rows_sharding)
-    if recent is not None and self.rows_sharding.mesh.size > 1:
-      recent = jax.device_put(recent, NamedSharding(self.mesh, P()))
-    return jax.block_until_ready(executable(self.params, put(source), put(row_caps), self.clusters,
-                                            self.draft_table, self.output_projection, self.drafter, recent))
+      if recent is not None:
+        recent = jax.device_put(recent, NamedSharding(self.mesh, P()))
+    params, clusters, draft_table, output_projection, drafter = self._weights(self.on_one_device(source.shape[0]))
+    return jax.block_until_ready(executable(params, put(source), put(row_caps), clusters, draft_table,
+                                            output_projection, drafter, recent))
 
   def _decode_chunk(self, texts, batch_size: int, stats: TranslationStats, first_line: int,
                     recent: list | None = None, lines_at_cap: list | None = None,

@@ -35,6 +35,11 @@ def main(train_workdir, decode_workdir, output):
       'pgj': model.translator('pgj', block_size=3).translate_ids(sentences, 32)[0],
       'beam': model.translator('beam', beam_size=2).translate_ids(sentences, 32)[0],
       'greedy_batch_1': translator.translate_ids(sentences[:3], 1)[0],
+      # fewer sentences than devices: decoded on the first device alone, not one row a device
+      'three_at_batch_32': translator.translate_ids(sentences[:3], 32)[0],
+      'rows_compiled': sorted({rows for rows, _ in translator._compiled}),  # pylint: disable=protected-access
+      'beam_batch_1': model.translator('beam', beam_size=2).translate_ids(sentences[:2], 1)[0],
+      'spec_int8_batch_1': model.translator('spec', block_size=3, drafter='int8').translate_ids(sentences[:3], 1)[0],
       # int8 products through fastmt's CPU kernel (a custom call) on rows split over the devices.
       'greedy_int8': api.load(decode_workdir, dtype='int8').translator('greedy').translate_ids(sentences, 32)[0],
       'recorded_states': hidden.tolist(),

@@ -70,6 +70,12 @@ def test_eight_devices_translate_like_one(eight_devices, trained_workdir):
   assert eight_devices['pgj'] == eight_devices['greedy']  # exact on 8 devices too
   assert eight_devices['beam'] == as_lists(model.translator('beam', beam_size=2).translate_ids(sentences, 32)[0])
   assert eight_devices['greedy_batch_1'] == eight_devices['greedy'][:3]
+  # A lone sentence (and 3 at batch 32) on the first device alone: 1 and 4 rows, not 8 rows of padding on 8
+  # devices that agree after every step; the 20 sentences at batch 32 still split over all 8.
+  assert eight_devices['three_at_batch_32'] == eight_devices['greedy'][:3]
+  assert eight_devices['rows_compiled'] == [1, 4, 32], eight_devices['rows_compiled']
+  assert eight_devices['beam_batch_1'] == eight_devices['beam'][:2]
+  assert eight_devices['spec_int8_batch_1'] == eight_devices['greedy'][:3]  # its int8 drafter's weights too
   int8 = api.load(trained_workdir, dtype='int8').translator('greedy').translate_ids(sentences, 32)[0]
   assert eight_devices['greedy_int8'] == as_lists(int8)
   hidden, _ = clusters_lib.record_states(model.translator('greedy'), sentences[:5], top_k=2, batch_size=4)
