@@ -153,6 +153,32 @@ def test_a_ctrl_c_while_the_flags_are_defined_ends_the_tool_and_its_aftermath_is
   assert 'went on' not in result.stdout and result.stderr == 'tool: interrupted\n', result.stderr
 
 
+def test_the_tools_keep_compiled_programs_in_fastmts_cache_unless_told_otherwise(tmp_path):
+  """cli.run's persistent compilation cache: $FASTMT_CACHE/xla by default, so that a second run of a tool
+  loads its decoders instead of compiling them again; JAX_COMPILATION_CACHE_DIR wins; FASTMT_XLA_CACHE=0 is off.
+  In a subprocess each: it sets jax's process-wide configuration."""
+  script = ('import os, jax\n'
+            'from fastmt import cli\n'
+            'directory = cli.use_persistent_compilation_cache()\n'
+            'jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)\n'  # keep even a tiny program
+            'jax.jit(lambda x: x * 3 + 1)(2.0).block_until_ready()\n'
+            'print(directory, sorted(os.listdir(directory)) if directory else None)\n')
+  base = {k: v for k, v in os.environ.items() if k not in ('JAX_COMPILATION_CACHE_DIR', 'FASTMT_XLA_CACHE')}
+  base['FASTMT_CACHE'] = str(tmp_path / 'cache')
+  runs = {'default': {}, 'jax': {'JAX_COMPILATION_CACHE_DIR': str(tmp_path / 'theirs')},
+          'off': {'FASTMT_XLA_CACHE': '0', 'FASTMT_CACHE': str(tmp_path / 'off')}}
+  printed = {}
+  for name, env in runs.items():
+    result = subprocess.run([sys.executable, '-c', script], env={**base, **env}, cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    printed[name] = result.stdout.strip().splitlines()[-1]
+  directory, _, entries = printed['default'].partition(' ')
+  assert directory == str(tmp_path / 'cache' / 'xla') and entries != '[]', printed
+  assert printed['jax'].startswith(str(tmp_path / 'theirs')) and '[]' not in printed['jax'], printed
+  assert printed['off'] == 'None None' and not (tmp_path / 'off').exists(), printed
+
+
 def test_bench_refuses_counts_that_would_fail_after_the_work_before_loading_anything(tmp_path):
   commands = {'--repeats=0': '--repeats must be >= 1', '--limit=-3': '--limit must be >= 0',
               '--methods=greedy:4': 'greedy takes at most 0 numbers',
