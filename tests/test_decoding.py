@@ -250,6 +250,8 @@ def test_the_floor_pass_prices_the_baseline_rows_precision():
   config, params = tiny_model_config(), random_model(0)[1]
   int8_config, int8_params = bench.priced_weights(config, params, 'greedy@int8', float32_kernel=True)
   assert int8_config.quantization == 'int8' and int8_config.dtype == 'float32'
+  # on the device, as a Translator's: quantizing leaves host arrays, which every timed call would copy in
+  assert all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(int8_params))
   if kernels.available('int8_step'):
     assert int8_step.unsupported_reason(int8_config, int8_params) == ''
   float_config, float_params = bench.priced_weights(config, params, 'greedy')
