@@ -621,8 +621,8 @@ class Translator:
       lengths = (source != PAD_ID).sum(1)
       row_caps = np.array([self.row_cap(n) if n else 0 for n in lengths], np.int32)
     executable = self._executable(*source.shape, stats)
-    one_device = self.mesh.size == 1 or self.on_one_device(source.shape[0])
-    if one_device:
+    first_device_only = self.on_one_device(source.shape[0])  # a batch too small to split over the devices
+    if self.mesh.size == 1 or first_device_only:
       # One device: the executable places host arrays itself. A jax.device_put of each first cost 0.2-0.8 ms
       # more per call on XLA:CPU (benchmarks/dispatch_cost.py, docs/BENCHMARKS.md section 1), which a batch-1
       # caller pays per line.
@@ -631,7 +631,7 @@ class Translator:
       put = lambda x: jax.device_put(np.asarray(x, np.int32), self.rows_sharding)
       if recent is not None:
         recent = jax.device_put(recent, NamedSharding(self.mesh, P()))
-    params, clusters, draft_table, output_projection, drafter = self._weights(self.on_one_device(source.shape[0]))
+    params, clusters, draft_table, output_projection, drafter = self._weights(first_device_only)
     return jax.block_until_ready(executable(params, put(source), put(row_caps), clusters, draft_table,
                                             output_projection, drafter, recent))
 

@@ -6,7 +6,9 @@ no drafter of docs/BENCHMARKS.md section 7 pays at batch 32, while on a GPU a wi
 narrow one. So the width is measured where it runs, not modelled. Every candidate translates the same few
 calibration sentences at the batch size asked (never the sentences being scored: the bench passes validation
 sentences), one warm-up pass each (it compiles), then `repeats` rounds in a balanced order (fastmt.rounds); the
-fastest median wins. Width 1 is greedy's own step: every model that `spec` decodes also decodes greedily, and
+fastest median wins. A candidate far behind greedy after a round (its fastest pass slower than greedy's slowest by
+`prune_margin`) is timed no further: it cannot win, and on 2 CPU cores at batch 32 the losing widths were most
+of a calibration's minutes (docs/BENCHMARKS.md section 7). Width 1 is greedy's own step: every model that `spec` decodes also decodes greedily, and
 `spec`'s output *is* that greedy output, so falling back changes no token, only the speed. A wider window is
 chosen only if it beats greedy by `margin` (a timing's noise must not buy a loss). The step-cost curve
 (fastmt.roofline) predicts a call's cost but not the drafter's own cost or the loop's bookkeeping; timing the
@@ -65,7 +67,7 @@ class AutoWidthTranslator:
   """
 
   def __init__(self, translators: dict, calibration, repeats: int = 5, margin: float = 0.02,
-               min_sentences: int = 24, log=logger.info, clock=time.perf_counter):
+               min_sentences: int = 24, prune_margin: float = 0.15, log=logger.info, clock=time.perf_counter):
     if 1 not in translators:
       raise FastmtError('spec:auto needs width 1 (greedy, the fallback) among its candidates')
     from fastmt.translate import has_visible_text  # pylint: disable=g-import-not-at-top
@@ -75,6 +77,7 @@ class AutoWidthTranslator:
     self.translators = dict(sorted(translators.items()))
     self.calibration = list(calibration)
     self.repeats, self.margin, self.min_sentences, self.log = repeats, margin, min_sentences, log
+    self.prune_margin = prune_margin  # None: every candidate timed every round
     self.clock = clock  # seconds; tests pass a fake one
     # batch size -> (chosen width, {width: median seconds per calibration pass}, seconds the choice took)
     self.choices = {}
@@ -94,7 +97,8 @@ class AutoWidthTranslator:
     finally:
       logging.disable(silenced)
     self.log(f'spec:auto at batch {batch_size}: width {chosen} (median s per pass of {sentences} '
-             f'calibration sentences: ' + ', '.join(f'W={w} {s:.3f}' for w, s in medians.items()) + ')')
+             f'calibration sentences: ' + ', '.join(f'W={w} {s:.3f}' for w, s in medians.items()) +
+             f'; {seconds:.1f} s to choose)')
     return chosen, medians, seconds
 
   def _timed_choice(self, batch_size: int):
@@ -103,12 +107,17 @@ class AutoWidthTranslator:
     for translator in self.translators.values():
       translator.translate(sentences, batch_size)  # compiles this batch size's shapes
     times = {width: [] for width in self.translators}
+    timed = list(self.translators)  # the candidates still timed
     for rep in range(self.repeats):
-      for width in rounds.round_order(self.translators, rep):
+      for width in rounds.round_order(timed, rep):
         start = self.clock()
         _, stats = self.translators[width].translate(sentences, batch_size)
         # Less any compile: a shape dropped under vm.max_map_count (fastmt.executables) compiles again.
         times[width].append(self.clock() - start - stats.compile_seconds)
+      if self.prune_margin is not None:
+        # Every pass of greedy beats each of these by the margin: no round left can make one the choice.
+        slowest_greedy = max(times[1])
+        timed = [w for w in timed if w == 1 or min(times[w]) <= (1 + self.prune_margin) * slowest_greedy]
     medians = {width: statistics.median(t) for width, t in times.items()}
     fastest = min(medians, key=medians.get)
     chosen = fastest if medians[fastest] < (1 - self.margin) * medians[1] else 1

@@ -54,9 +54,13 @@ def test_the_fastest_width_is_chosen_per_batch_size_and_only_once():
   assert chooser.width_for(1) == 3 and chooser.width_for(32) == 1
   assert chooser.choices[1][1] == pytest.approx({1: 1.0, 2: 0.8, 3: 0.7})
   assert chooser.choices[1][2] == pytest.approx(6 * (1.0 + 0.8 + 0.7))  # what the choice took: its 18 passes
-  # Calibration: one warm-up pass and 5 timed ones per width and batch size, on max(24, 2 B) sentences.
-  for w in (1, 2):
-    assert translators[w].calls.count((24, 1)) == 6 and translators[w].calls.count((64, 32)) == 6
+  # Calibration: one warm-up pass and 5 timed ones per width and batch size, on max(24, 2 B) sentences; at
+  # batch 32 the widths 30% and 60% behind greedy after the first round are timed no further.
+  for w in (1, 2, 3):
+    assert translators[w].calls.count((24, 1)) == 6
+    assert translators[w].calls.count((64, 32)) == (6 if w == 1 else 2)
+  assert chooser.choices[32][1] == pytest.approx({1: 1.0, 2: 1.3, 3: 1.6})
+  assert chooser.choices[32][2] == pytest.approx(6 * 1.0 + 2 * (1.3 + 1.6))
   calls = len(translators[3].calls)
   chooser.translate(['a'], batch_size=1)
   assert len(translators[3].calls) == calls + 1  # chosen before: no new calibration
@@ -81,6 +85,35 @@ def test_the_bench_leaves_a_compile_in_a_timed_pass_out_of_its_time(monkeypatch)
                  'spec:4': FakeTranslator('s', clock, {1: 0.5}, compiles=[2.0, 0.0, 7.0])}  # warm-up, timed
   times, _ = bench._interleaved_times(translators, ['a', 'b'], 1, repeats=3)
   assert times == {'greedy': [1.0, 1.0, 1.0], 'spec:4': [0.5, 0.5, 0.5]}
+
+
+class NoisyTranslator(FakeTranslator):
+  """A FakeTranslator whose passes cost `seconds[i]` in turn (the last one after that), at any batch size."""
+
+  def __init__(self, name, clock, seconds):
+    super().__init__(name, clock, {})
+    self.seconds = list(seconds)
+
+  def translate(self, texts, batch_size):
+    self.seconds_by_batch[batch_size] = self.seconds.pop(0) if len(self.seconds) > 1 else self.seconds[0]
+    return super().translate(texts, batch_size)
+
+
+def test_only_a_width_behind_greedy_by_the_prune_margin_is_timed_no_further():
+  clock = FakeClock()
+  # Passes: a warm-up, then one a round. W=2 is slow in its first timed round only (a noisy pass, 12% behind
+  # greedy's slowest: kept, and then the fastest); W=3 is 20% behind in every round (dropped after the first).
+  translators = {1: NoisyTranslator('W1', clock, [1.0, 1.0, 0.95, 1.0]),
+                 2: NoisyTranslator('W2', clock, [1.0, 1.12, 0.8]),
+                 3: NoisyTranslator('W3', clock, [1.0, 1.2])}
+  chooser = width.AutoWidthTranslator(translators, ['s'] * 30, clock=clock, log=lambda m: None)
+  assert chooser.width_for(1) == 2
+  assert [len(translators[w].calls) for w in (1, 2, 3)] == [6, 6, 2]
+  assert chooser.choices[1][1] == pytest.approx({1: 1.0, 2: 0.8, 3: 1.2})
+  # prune_margin=None: every width timed in every round.
+  translators = {w: FakeTranslator(f'W{w}', clock, {1: c}) for w, c in ((1, 1.0), (2, 1.5))}
+  chooser = width.AutoWidthTranslator(translators, ['s'] * 30, clock=clock, log=lambda m: None, prune_margin=None)
+  assert chooser.width_for(1) == 1 and len(translators[2].calls) == 6
 
 
 def test_a_wide_window_must_beat_greedy_by_the_margin():
