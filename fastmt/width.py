@@ -8,11 +8,11 @@ calibration sentences at the batch size asked (never the sentences being scored:
 sentences), one warm-up pass each (it compiles), then `repeats` rounds in a balanced order (fastmt.rounds); the
 fastest median wins. A candidate far behind greedy after a round (its fastest pass slower than greedy's slowest by
 `prune_margin`) is timed no further: it cannot win, and on 2 CPU cores at batch 32 the losing widths were most
-of a calibration's minutes (docs/BENCHMARKS.md section 7). Width 1 is greedy's own step: every model that `spec` decodes also decodes greedily, and
-`spec`'s output *is* that greedy output, so falling back changes no token, only the speed. A wider window is
-chosen only if it beats greedy by `margin` (a timing's noise must not buy a loss). The step-cost curve
-(fastmt.roofline) predicts a call's cost but not the drafter's own cost or the loop's bookkeeping; timing the
-whole decoder counts all.
+of a calibration's minutes (docs/BENCHMARKS.md section 7). Width 1 is greedy's own step: every model that `spec`
+decodes also decodes greedily, and `spec`'s output *is* that greedy output, so falling back changes no token, only
+the speed. A wider window is chosen only if it beats greedy by `margin` (a timing's noise must not buy a loss). The
+step-cost curve (fastmt.roofline) predicts a call's cost but not the drafter's own cost or the loop's bookkeeping;
+timing the whole decoder counts all.
 """
 
 import logging
