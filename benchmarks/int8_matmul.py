@@ -1,4 +1,5 @@
-r"""One matrix product of a decoder step, float32 against fastmt.quantize's int8 and fastmt's kernels, on this machine's XLA backend.
+r"""One matrix product of a decoder step, float32 against bfloat16, fastmt.quantize's int8 and fastmt's kernels, on this
+machine's XLA backend.
 
     python benchmarks/int8_matmul.py --emb_dim 256 --mlp_dim 1024 --vocab_size 8000 --rows 1,2,32
 
@@ -15,6 +16,10 @@ decoding loop runs them: the weights loop-invariant), median of `--repeats`, com
                  the CPU has it
   float32 fastmt fastmt.kernels.float32_matmul, fastmt's AVX-512 float32 custom call for a few rows (plus a
                  zero bias, which it adds in the same pass), where the CPU has it
+  bfloat16       a bfloat16 layer's product (fastmt.few_rows.accumulate_in_float32: bfloat16 weights and
+                 activations summed in float32, rounded once); on a CPU with AMX XLA runs it on the matrix unit
+  bfloat16 sum   a bfloat16 product asked for a bfloat16 result (what a Flax bfloat16 Dense asks by default)
+  bfloat16 padded  a single row padded to two for the bfloat16 product
 
 and says which kernel XLA chose (a YNNPACK fusion or XLA's own dot) from the compiled HLO. This is where
 quantize.YNN_MIN_WEIGHTS comes from (docs/BENCHMARKS.md, section 9).
@@ -28,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fastmt import kernels, quantize
+from fastmt import few_rows, kernels, quantize
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer('emb_dim', 256, 'Model width E.')
@@ -38,6 +43,9 @@ flags.DEFINE_list('rows', ['1', '2', '32'], 'Rows of activations per product (ba
 flags.DEFINE_integer('steps', 400, 'Chained products per timed call.')
 flags.DEFINE_integer('repeats', 7, 'Timed calls; the median is reported.')
 flags.DEFINE_string('output_json', None, 'Also write the results here.')
+
+
+_MATMUL = (((1,), (0,)), ((), ()))  # lax.dot_general's [rows, k] x [k, n]
 
 
 def chained(product, steps: int):
@@ -72,6 +80,8 @@ def main(argv):
   variants = {
       'float32': lambda x, w: x @ w['float'],
       'int8': lambda x, w: quantize.int8_matmul(x, w['values'], w['scale']),
+      'bfloat16': lambda x, w: few_rows.accumulate_in_float32(x.astype(jnp.bfloat16), w['half'], _MATMUL),
+      'bfloat16 sum': lambda x, w: jnp.dot(x.astype(jnp.bfloat16), w['half']),
   }
   if kernels.available():
     variants['int8 fastmt'] = lambda x, w: kernels.int8_matmul(x, w['packed'], w['colsum'], w['scale'])
@@ -82,7 +92,8 @@ def main(argv):
   for name, (k, n) in shapes.items():
     w = (rng.standard_normal((k, n)) * k**-0.5).astype(np.float32)
     values, scale = quantize.quantize_array(w, (0,))
-    weights = {'float': w, 'values': values, 'scale': scale, 'bias': np.zeros(n, np.float32)}
+    weights = {'float': w, 'values': values, 'scale': scale, 'bias': np.zeros(n, np.float32),
+               'half': jnp.asarray(w, jnp.bfloat16)}
     if kernels.available('float32'):
       weights['float_packed'] = kernels.pack_float32_weights(w)
     if kernels.available():
@@ -102,6 +113,10 @@ def main(argv):
                                                          FLAGS.repeats, FLAGS.steps)
           finally:
             quantize.YNN_MIN_WEIGHTS = default
+      if rows == 1:  # a single bfloat16 row padded to two (XLA:CPU's matrix-vector product against its GEMM)
+        padded = lambda x, w: variants['bfloat16'](jnp.concatenate([x, jnp.zeros_like(x)]), w)[:1]
+        row['bfloat16 padded'], row['bfloat16 padded kernel'] = time_us(chained(padded, FLAGS.steps), weights, x,
+                                                                        FLAGS.repeats, FLAGS.steps)
       results.append(row)
       timed = {key: val for key, val in row.items() if isinstance(val, float)}
       chosen = {key[:-len(' kernel')]: val for key, val in row.items() if key.endswith(' kernel')}

@@ -1,4 +1,5 @@
-"""Float32 products of a few rows through fastmt's own CPU kernel (fastmt.kernels, float32_matmul.cc).
+"""Float32 products of a few rows through fastmt's own CPU kernel (fastmt.kernels, float32_matmul.cc), and the
+float32 sums of bfloat16 products (accumulate_in_float32): fastmt's Dense layers.
 
 A decoder call over a window of positions at small batch (a speculative or Jacobi window, an interleaved step,
 a batch of up to 8) multiplies 2 to 8 rows by each weight matrix. XLA:CPU hands every such product
@@ -17,6 +18,7 @@ near tie is decided differently (tests/test_few_rows.py). Translator(float32_ker
 """
 
 import math
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -44,8 +46,21 @@ def _product(module: nn.Module, x, axes, features):
   return out.reshape(*lead, *features)
 
 
+def accumulate_in_float32(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+  """lax.dot_general that sums half-precision products in float32 and rounds the result once to the inputs'
+  dtype: a bfloat16 layer's product. The same dtype out as a plain bfloat16 product, a more accurate sum, and on
+  XLA:CPU the fast one: a bfloat16 product asked for float32 runs on the CPU's matrix unit (AMX) where one asked
+  for bfloat16 does not (docs/BENCHMARKS.md section 8: 2.5-3x float32's speed from 16 rows on a 2-core Xeon,
+  about float32's at 1 and 8 rows, slower at 2-4). Float32 inputs: lax.dot_general itself."""
+  half = lhs.dtype in (jnp.bfloat16, jnp.float16) and preferred_element_type is None
+  out = jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                            preferred_element_type=jnp.float32 if half else preferred_element_type)
+  return out.astype(lhs.dtype) if half else out
+
+
 class Dense(nn.Dense):
   """flax.linen.Dense, through fastmt's float32 kernel for a few rows when the parameters carry its layout."""
+  dot_general: Any = accumulate_in_float32
 
   def __call__(self, x):
     out = _product(self, x, (-1,), (self.features,))
@@ -54,6 +69,7 @@ class Dense(nn.Dense):
 
 class DenseGeneral(nn.DenseGeneral):
   """flax.linen.DenseGeneral (trailing contracted axes), the same way as Dense."""
+  dot_general: Any = accumulate_in_float32
 
   def __call__(self, x):
     axes = (self.axis,) if isinstance(self.axis, int) else tuple(self.axis)

@@ -80,7 +80,9 @@ def dot_product_attention(query, key, value, mask, dtype=jnp.float32, kv_layout:
   scores = scores / jnp.sqrt(depth).astype(jnp.float32)
   scores = jnp.where(mask, scores, NEG_INF)
   weights = jax.nn.softmax(scores, axis=-1).astype(dtype)  # softmax in float32 even in bfloat16 mode
-  return jnp.einsum(f'bhtk,{kv_layout}->bthd', weights, value.astype(dtype))
+  # Summed in float32 and rounded once (for bfloat16, also XLA:CPU's fast product: few_rows.accumulate_in_float32).
+  return jnp.einsum(f'bhtk,{kv_layout}->bthd', weights, value.astype(dtype),
+                    preferred_element_type=jnp.float32).astype(dtype)
 
 
 def relative_key_scores(query, table, query_positions, key_positions):

@@ -124,12 +124,12 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None, outpu
   """A DecoderStepFn over `model` with the encoded source `memory` closed in.
 
   clusters: a projection.Clusters to use the clustered output projection instead of the dense one.
-  output_projection: float32 [E, V], the tied embedding transposed and laid out once (transposed_output):
-    calls over more than one position (rows x positions > 1) project with it, the same logits as the tied
-    projection without reading E through a transpose (faster for beam, Jacobi and batches on XLA:CPU,
-    docs/BENCHMARKS.md); a single position keeps the tied projection, a matrix-vector product over E's rows
-    that is already as fast. For an int8 embedding it is {'values': int8 [E, V], 'scale': [V]}, used by
-    every call (an int8 product reads the [E, V] layout fastest at any number of rows).
+  output_projection: float32 [E, V] (a bfloat16 model's: bfloat16), the tied embedding transposed and laid out
+    once (transposed_output): calls over more than one position (rows x positions > 1) project with it, the
+    same logits as the tied projection without reading E through a transpose (faster for beam, Jacobi and
+    batches on XLA:CPU, docs/BENCHMARKS.md); a single position keeps the tied projection, a matrix-vector
+    product over E's rows that is already as fast. For an int8 embedding it is {'values': int8 [E, V],
+    'scale': [V]}, used by every call (an int8 product reads the [E, V] layout fastest at any number of rows).
   The step function takes DecoderStepFn's optional `project` (logits at only some of the new positions).
 
   An int8 model (fastmt.quantize's 'int8' scheme, packed for fastmt's int8 kernel) with its int8 output layout and
@@ -153,8 +153,8 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None, outpu
       logits, _ = projection.clustered_logits(hidden, quantize.float_embedding(params), clusters)
     elif int8_projection:
       logits = quantize.int8_product(hidden, output_projection)
-    elif transposed:
-      logits = jnp.dot(hidden.astype(jnp.float32), output_projection)
+    elif transposed:  # a bfloat16 layout: bfloat16 products summed in float32 (the CPU's matrix unit, few_rows)
+      logits = jnp.dot(hidden.astype(output_projection.dtype), output_projection, preferred_element_type=jnp.float32)
     else:  # the model's own tied projection
       logits = model.apply({'params': params}, hidden, method=models.Transformer.project)
     return logits, cache
@@ -162,7 +162,8 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None, outpu
 
 
 def transposed_output_layout(params):
-  """The tied output projection as a contiguous float32 [E, V] array (Translator's transposed_output), or
+  """The tied output projection as a contiguous float32 (a bfloat16 model's: bfloat16) [E, V] array
+  (Translator's transposed_output), or
   for an int8 embedding {'values': int8 [E, V], 'scale': float32 [V]}."""
   embed = params['embed']
   if 'scale' in embed:
@@ -170,7 +171,10 @@ def transposed_output_layout(params):
     if kernels.available():  # fastmt's int8 CPU kernel: the same logits, faster
       layout['packed'], layout['colsum'] = kernels.pack_weights(layout['values'])
     return layout
-  return np.ascontiguousarray(np.asarray(embed['embedding'], np.float32).T)
+  embedding = np.asarray(embed['embedding'])
+  if embedding.dtype != jnp.bfloat16:  # a bfloat16 model's stays bfloat16: the same products, half the bytes
+    embedding = embedding.astype(np.float32)
+  return np.ascontiguousarray(embedding.T)
 
 
 _LINES_AT_CAP_NAMED = 10  # the cap warning names this many input lines at most

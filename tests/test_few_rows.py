@@ -119,6 +119,38 @@ def test_the_dense_layers_equal_flax_and_use_the_kernel_up_to_its_rows(rng, lead
   assert _custom_calls(lambda p, x: _Layers().apply({'params': p}, x), params, x) == 0  # no layout, no kernel
 
 
+class _HalfLayers(nn.Module):
+  """_Layers' three products in bfloat16."""
+
+  @nn.compact
+  def __call__(self, x):
+    y = few_rows.Dense(24, dtype=jnp.bfloat16, name='dense')(x)
+    heads = few_rows.DenseGeneral((2, 6), dtype=jnp.bfloat16, name='query')(y)
+    return y, few_rows.DenseGeneral(10, axis=(-2, -1), dtype=jnp.bfloat16, name='out')(heads)
+
+
+def test_bfloat16_layers_sum_in_float32_and_round_once(rng):
+  """A bfloat16 layer's product is the sum of its bfloat16 inputs' products taken in float32 and rounded once to
+  bfloat16 (a bfloat16 sum over 8 or 24 terms rounds at every step), asked of XLA as a float32-accumulated
+  product (the form XLA:CPU runs on AMX); a float32 layer's product has no conversion in it."""
+  x = jnp.asarray(rng.normal(size=(3, 4, 8)), jnp.float32)
+  params = _HalfLayers().init(jax.random.PRNGKey(0), x)['params']
+  y, out = _HalfLayers().apply({'params': params}, x)
+  assert y.dtype == out.dtype == jnp.bfloat16 and out.shape == (3, 4, 10)
+  as64 = lambda a: np.asarray(jnp.asarray(a, jnp.bfloat16).astype(jnp.float32), np.float64)
+  exact = as64(x) @ as64(params['dense']['kernel']) + as64(params['dense']['bias'])
+  # the product rounded once, then the bias added in bfloat16: two roundings of 2^-9 relative at most
+  np.testing.assert_allclose(np.asarray(y, np.float64), exact, rtol=2**-7, atol=1e-6)
+  jaxpr = jax.make_jaxpr(lambda p, x: _HalfLayers().apply({'params': p}, x))(params, x).jaxpr
+  dots = [e for e in jaxpr.eqns if e.primitive.name == 'dot_general']
+  assert len(dots) == 3
+  for dot in dots:
+    assert [v.aval.dtype for v in dot.invars] == [jnp.bfloat16] * 2 and dot.outvars[0].aval.dtype == jnp.float32
+  float_params = _Layers().init(jax.random.PRNGKey(0), x)['params']
+  plain = jax.make_jaxpr(lambda p, x: _Layers().apply({'params': p}, x))(float_params, x).jaxpr
+  assert not [e for e in plain.eqns if e.primitive.name == 'convert_element_type']
+
+
 @needs_kernel
 def test_the_transformers_cached_logits_are_the_same_with_the_kernel(rng):
   """A decoder call over 1-4 positions at batch 1 and 2 (the windows of the parallel decoders) with the

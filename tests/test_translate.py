@@ -17,6 +17,7 @@ import time
 import types
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -120,6 +121,31 @@ def test_multi_position_calls_project_with_the_laid_out_embedding_and_single_one
     else:
       np.testing.assert_array_equal(with_zero, tied)
     np.testing.assert_allclose(logits(laid_out), tied, rtol=1e-5, atol=1e-5)
+
+
+def test_a_bfloat16_models_laid_out_embedding_stays_bfloat16_and_gives_the_tied_logits(model_parts):
+  """In bfloat16 E^T keeps the embedding's bfloat16 (half the bytes, and the product XLA:CPU runs on AMX); its
+  float32-summed products of the same bfloat16 values are the tied projection's logits up to the sums' order."""
+  from fastmt import models, precision  # pylint: disable=g-import-not-at-top
+  from fastmt.decoding.step import causal_window_mask  # pylint: disable=g-import-not-at-top
+  config, params = precision.for_inference(model_parts[0], model_parts[1], 'bfloat16')
+  laid_out = translate.transposed_output_layout(params)
+  assert laid_out.dtype == jnp.bfloat16 and laid_out.shape == (config.emb_dim, config.vocab_size)
+  assert translate.transposed_output_layout(model_parts[1]).dtype == np.float32
+  model = models.Transformer(config)
+  source = np.array([[5, 6, 7, 2]] * 2, np.int32)
+  memory = model.apply({'params': params}, model.apply({'params': params}, source, method=models.Transformer.encode),
+                       source, method=models.Transformer.memory)
+  offsets = np.zeros(2, np.int32)
+  tokens, positions = np.ones((2, 3), np.int32), np.broadcast_to(np.arange(3, dtype=np.int32), (2, 3))
+
+  def logits(projection):
+    step_fn = translate.make_step_fn(model, params, memory, output_projection=projection)
+    out = step_fn(tokens, positions, causal_window_mask(offsets, 3, 8), models.init_cache(config, 2, 8), offsets)[0]
+    assert out.dtype == jnp.float32
+    return np.asarray(out)
+
+  np.testing.assert_allclose(logits(laid_out), logits(None), rtol=1e-5, atol=1e-5)
 
 
 def test_projecting_some_positions_equals_those_positions_of_the_full_logits(model_parts):
