@@ -8,7 +8,8 @@ functions are timed in rotation, compile time excluded, `--repeats` rounds, the 
   encoder   the AT model's encoder and cross-attention keys/values alone
   stage_1   the HRT model's encoder plus stage I (Skip-AT greedy over every k-th position)
   hrt       the HRT model's whole two-pass decoding (stage I + stage II)
-(--max_repeats R: the HRT model's stage I and two passes with the repetition guard, as decode.py's.)
+(--max_repeats R: the HRT model's stage I and two passes with the repetition guard, as decode.py's; --dtype
+bfloat16: both models in half precision, as decode.py --dtype bfloat16.)
 Stage II's cost is hrt - stage_1. The bound "stage II free" = at / stage_1 is the most that fewer
 autoregressive steps could give with this encoder; the measured speed-up is at / hrt. Run it on a quiet machine.
 """
@@ -22,7 +23,7 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from fastmt import models, translate, workdir as workdir_lib
+from fastmt import models, precision, translate, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.data.tokenizer import EOS_ID
 from fastmt.decoding import hrt
@@ -91,7 +92,7 @@ def main(argv):
   n = len(texts)
   ms = {name: 1000 * t / n for name, t in totals.items()}
   report = {
-      'sentences': n, 'ms_per_sentence': ms,
+      'sentences': n, 'dtype': FLAGS.dtype, 'ms_per_sentence': ms,
       'decoder_calls_per_sentence': {name: c / n for name, c in calls.items()},
       'at_ms_per_call_after_encoder': (ms['at'] - ms['encoder']) / (calls['at'] / n),
       'stage_2_ms': ms['hrt'] - ms['stage_1'],
@@ -109,6 +110,7 @@ def translate_setup(workdir, algorithm, **settings):
   """The Translator fastmt.bench would build for this workdir and algorithm (E^T layout, resolved settings)."""
   config = workdir_lib.load_model_config(workdir)
   params, _ = workdir_lib.restore_params(workdir, config)
+  config, params = precision.for_inference(config, params, FLAGS.dtype)
   return translate.Translator(config, params, workdir_lib.load_tokenizer(workdir), translate.DecodeSettings(algorithm, **settings),
                               objective=workdir_lib.load_objective(workdir),
                               objective_options=workdir_lib.load_objective_options(workdir))
@@ -120,6 +122,7 @@ if __name__ == '__main__':
   flags.DEFINE_integer('sentences', 100, 'First test sentences, each decoded alone.')
   flags.DEFINE_integer('repeats', 5, 'Timed rounds per sentence.')
   flags.DEFINE_string('output', '', 'Optional JSON file for the report.')
+  flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Both models\' precision (fastmt.precision).')
   flags.DEFINE_integer('max_repeats', 0, 'The HRT model\'s repetition guard (stage_1 and hrt; the AT baseline is '
                        'plain greedy): decode.py --max_repeats.')
   flags.mark_flags_as_required(['at', 'hrt'])
