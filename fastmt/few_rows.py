@@ -50,8 +50,8 @@ def accumulate_in_float32(lhs, rhs, dimension_numbers, precision=None, preferred
   """lax.dot_general that sums half-precision products in float32 and rounds the result once to the inputs'
   dtype: a bfloat16 layer's product. The same dtype out as a plain bfloat16 product, a more accurate sum, and on
   XLA:CPU the fast one: a bfloat16 product asked for float32 runs on the CPU's matrix unit (AMX) where one asked
-  for bfloat16 does not (docs/BENCHMARKS.md section 8, a 2-core Xeon: 1.9-3.8x float32's speed from 16 rows, no
-  faster and at times slower at 1-4 rows). Float32 inputs: lax.dot_general itself."""
+  for bfloat16 does not (docs/BENCHMARKS.md section 8, a 2-core Xeon: 1.8-3.8x float32's speed from 16 rows, 0.5-2x
+  at 1-4 rows). Float32 inputs: lax.dot_general itself."""
   half = lhs.dtype in (jnp.bfloat16, jnp.float16) and preferred_element_type is None
   out = jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                             preferred_element_type=jnp.float32 if half else preferred_element_type)
