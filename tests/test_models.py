@@ -157,6 +157,27 @@ def test_relative_scores_enter_before_the_scaling():
   np.testing.assert_allclose(np.asarray(got)[0, :, 0], weights @ value[0, :, 0], rtol=1e-5, atol=1e-6)
 
 
+def test_bfloat16_attention_sums_its_weighted_values_in_float32():
+  """Both attention products of bfloat16 inputs are asked of XLA with float32 sums (the scores, and the
+  weighted sum of values rounded once to bfloat16: XLA:CPU's AMX form), and the result is the float64 one to
+  bfloat16's rounding."""
+  rng = np.random.default_rng(2)
+  query, key, value = (jnp.asarray(rng.standard_normal((1, 3, 2, 8)), jnp.bfloat16) for _ in range(3))
+  mask = jnp.ones((1, 1, 3, 3), bool)
+  attend = lambda q, k, v: layers.dot_product_attention(q, k, v, mask, dtype=jnp.bfloat16, kv_layout='bkhd')
+  dots = [e for e in jax.make_jaxpr(attend)(query, key, value).jaxpr.eqns if e.primitive.name == 'dot_general']
+  assert len(dots) == 2
+  assert all(d.invars[0].aval.dtype == jnp.bfloat16 and d.outvars[0].aval.dtype == jnp.float32 for d in dots)
+  got = attend(query, key, value)
+  assert got.dtype == jnp.bfloat16
+  q, k, v = (np.asarray(a.astype(jnp.float32), np.float64) for a in (query, key, value))
+  scores = np.einsum('bthd,bkhd->bhtk', q, k) / np.sqrt(8)
+  weights = np.exp(scores - scores.max(-1, keepdims=True))
+  weights /= weights.sum(-1, keepdims=True)
+  expected = np.einsum('bhtk,bkhd->bthd', weights, v)
+  np.testing.assert_allclose(np.asarray(got.astype(jnp.float32)), expected, rtol=2**-6, atol=2**-7)
+
+
 def test_relative_keys_in_bfloat16_follow_float32():
   """In bfloat16 activations (decode.py --dtype bfloat16) a model with relative keys decodes step by step as
   its own full pass does, and close to float32."""
