@@ -10,7 +10,8 @@ Matrices (embedding, attention and feed-forward kernels) become bfloat16: they a
 so halving them halves the bytes per step. The KV cache follows the activation dtype. Every bfloat16 product
 sums in float32 and rounds once (few_rows.accumulate_in_float32; E^T stays bfloat16 and projects to float32
 logits): the form a GPU's tensor cores and a CPU's AMX unit take, which XLA:CPU runs on AMX (1.8-3.8x float32's
-speed from 16 rows on a 2-core Xeon, docs/BENCHMARKS.md section 8) (a product summed in bfloat16 it does not).
+speed from 16 rows on a 2-core Xeon; 1.1-3.1x with AVX-512 BF16 and no AMX, on a 2-core EPYC: docs/BENCHMARKS.md
+section 8) (a product summed in bfloat16 it does not).
 
 bfloat16 + int8 is what a GPU or TPU with an int8 matrix unit wants: the int8 products of fastmt.quantize
 (their int32 accumulation and float32 rescaling unchanged), with the residual stream, attention, KV cache and
