@@ -60,6 +60,10 @@ class TranslationModel:
     if float32_kernel and (dtype != 'float32' or config.quantization):
       raise FastmtError(f'float32_kernel runs float32 products; this model decodes in '
                         f'{config.quantization or dtype!r}')
+    # Clusters are fingerprinted on the float32 weights they were fitted on (clusters_lib.fingerprint): taken
+    # here, before a cast to bfloat16 or int8 changes every value, or no clusters would ever match such a model.
+    self._float32_weights_fingerprint = (
+        workdir_lib.weights_fingerprint(params) if dtype != 'float32' and not config.quantization else None)
     self.config, params = precision.for_inference(config, params, dtype)
     self.float32_kernel = float32_kernel  # Translator's: products of at most 8 rows through fastmt's CPU kernel
     self.tokenizer, self.objective, self.workdir, self.step = tokenizer, objective, workdir, step
@@ -83,6 +87,8 @@ class TranslationModel:
       self._use_params_locked(params)
 
   def _use_params_locked(self, params) -> None:
+    if self._generation:  # new weights: the float32 ones the model was loaded from are not theirs
+      self._float32_weights_fingerprint = None
     self._generation += 1
     self._params = params
     # Packed once for every Translator of this model (the Translator packs nothing more).
@@ -234,7 +240,8 @@ class TranslationModel:
       return None
     if directory not in cache:
       from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
-      cache[directory] = clusters_lib.load_clusters(directory, self.config, self.tokenizer, params)
+      cache[directory] = clusters_lib.load_clusters(directory, self.config, self.tokenizer, params,
+                                                    self._float32_weights_fingerprint)
     return cache[directory]
 
   def translate(self, texts: str | Sequence[str], algorithm: str | None = None, batch_size: int = 32, *,

@@ -27,13 +27,15 @@ from fastmt.errors import FastmtError, MissingError
 METADATA = 'metadata.json'
 
 
-def fingerprint(model_config, tokenizer, params) -> str:
+def fingerprint(model_config, tokenizer, params, weights_fingerprint: str | None = None) -> str:
   """What clusters depend on: the model's shape, the exact vocabulary and the weights (the hidden states they
-  were fitted on, and the embedding rows they index, change with every checkpoint)."""
+  were fitted on, and the embedding rows they index, change with every checkpoint). weights_fingerprint: the
+  float32 weights' workdir.weights_fingerprint, taken before a cast (a bfloat16 or int8 model's own params no
+  longer hold those values); None = that of params."""
   with open(tokenizer.model_path, 'rb') as f:
     vocab_hash = hashlib.sha256(f.read()).hexdigest()[:16]
   return (f'{model_config.vocab_size}x{model_config.emb_dim}-spm{vocab_hash}'
-          f'-weights{workdir_lib.weights_fingerprint(params)}')
+          f'-weights{weights_fingerprint or workdir_lib.weights_fingerprint(params)}')
 
 
 def record_states(translator: Translator, sources, top_k: int, batch_size: int = 32):
@@ -103,16 +105,18 @@ def built_direction(directory: str) -> str | None:
     return json.load(f).get('direction')
 
 
-def load_clusters(directory: str, model_config, tokenizer, params) -> projection.Clusters:
+def load_clusters(directory: str, model_config, tokenizer, params,
+                  weights_fingerprint: str | None = None) -> projection.Clusters:
   """Loads clusters saved by save_clusters; another model's, checkpoint's or vocabulary's clusters are a clear
-  error. params: the float32 parameters the clusters must have been built from."""
+  error. params: the float32 parameters the clusters must have been built from, or weights_fingerprint theirs
+  (fingerprint's: a model already cast to bfloat16 or int8)."""
   directory = os.path.abspath(directory)
   path = os.path.join(directory, METADATA)
   if not os.path.exists(path):
     raise MissingError(f'No clusters at {directory} (no {METADATA})')
   with open(path) as f:
     metadata = json.load(f)
-  expected = fingerprint(model_config, tokenizer, params)
+  expected = fingerprint(model_config, tokenizer, params, weights_fingerprint)
   if metadata.get('fingerprint') != expected:
     raise FastmtError(f'Clusters at {directory} were built for model/vocabulary/weights '
                      f'{metadata.get("fingerprint")}, this model is {expected}: rebuild them with '

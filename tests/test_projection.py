@@ -116,6 +116,30 @@ def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path):
     clusters_lib.load_clusters(str(tmp_path / 'c'), model_config, tokenizer, other_weights)
 
 
+def test_clusters_load_for_a_model_cast_to_bfloat16_or_int8_through_the_api(trained_workdir, tmp_path):
+  """fastmt.load(..., dtype='bfloat16' or 'int8') fingerprinted the cast weights, which no clusters (built on
+  the float32 ones) match: translate(clusters=...) always failed, telling the user to rebuild them, while
+  decode.py --dtype bfloat16 --projection clustered worked. New weights assigned still need their own."""
+  import fastmt  # pylint: disable=g-import-not-at-top
+  sources = open(DATA / 'genesis.en', encoding='utf-8').read().splitlines()[:4]
+  model_config = workdir_lib.load_model_config(trained_workdir)
+  params, _ = workdir_lib.restore_params(trained_workdir, model_config)
+  tokenizer = workdir_lib.load_tokenizer(trained_workdir)
+  hidden, _ = clusters_lib.record_states(Translator(model_config, params, tokenizer), sources, top_k=2)
+  every_token = np.tile(np.arange(model_config.vocab_size), (len(hidden), 1))
+  clusters = projection.build_clusters(hidden, every_token, projection.fit_kmeans(hidden, 4), model_config.vocab_size)
+  clusters_lib.save_clusters(str(tmp_path / 'c'), clusters,
+                             {'fingerprint': clusters_lib.fingerprint(model_config, tokenizer, params)})
+  for dtype in ('bfloat16', 'int8', 'int8_layers'):
+    model = fastmt.load(trained_workdir, dtype=dtype)
+    clustered = model.translate(sources, clusters=str(tmp_path / 'c'))  # it raised 'rebuild them' here
+    assert len(clustered) == len(sources), dtype
+  assert clustered == model.translate(sources)  # int8_layers keeps the float embedding: every token, dense's
+  model.params = jax.tree_util.tree_map(lambda x: x, model.params)  # weights of their own, from now on
+  with pytest.raises(ValueError, match='rebuild them'):
+    model.translate(sources, clusters=str(tmp_path / 'c'))
+
+
 def test_the_reduced_width_always_holds_the_union():
   """Unions just below, at and above each width (128, 256, 512 = capacity): every active column is kept,
   exact; every other column is NEG_INF; above the capacity the call is dense."""
