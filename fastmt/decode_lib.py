@@ -51,7 +51,7 @@ class DecodeReport:
   truncated_inputs: int
   outputs_at_cap: int
   unreadable_inputs: int = 0  # of the empty inputs, lines in characters the vocabulary lacks only
-  empty_outputs: int = 0  # non-empty inputs translated to nothing (the model's first token EOS)
+  empty_outputs: int = 0  # non-empty inputs translated to no text (first token EOS, or pieces of no text)
   outputs_with_unknown: int = 0  # outputs holding <unk>, shown as ' ⁇ ' (TranslationStats')
   wall_s: float = 0.0  # the whole translation pass, reading and writing included, compile time included
   padding_rows: int = 0  # rows that only padded a batch to its static shape (done from the start)

@@ -99,7 +99,7 @@ class TranslationStats:
   unreadable_inputs: int = 0  # lines in characters the vocabulary lacks only (all <unk>): empty outputs, warned
   truncated_inputs: int = 0
   outputs_at_cap: int = 0  # rows that reached the output cap without EOS
-  empty_outputs: int = 0  # non-empty inputs translated to nothing (the model's first token EOS), warned
+  empty_outputs: int = 0  # non-empty inputs translated to no text (first token EOS, or pieces of no text), warned
   # outputs holding <unk> (a character the vocabulary left out), which the text shows as SentencePiece's ' ⁇ '
   outputs_with_unknown: int = 0
   decoder_calls: int = 0  # sum over sentences of the decoder calls that sentence needed
@@ -180,8 +180,9 @@ def transposed_output_layout(params):
 _LINES_AT_CAP_NAMED = 10  # the cap warning names this many input lines at most
 # The per-call warnings about the inputs and outputs of a call (quiet_repeated_warnings leaves them out).
 OUTPUT_CAP_WARNING = '%d output%s reached the output cap without EOS (input line%s %s%s)'
-EMPTY_OUTPUT_WARNING = ('%d non-empty input%s translated to nothing, the model ending the output at once (input '
-                        'line%s %s%s; beam search with a large beam favours this)')
+EMPTY_OUTPUT_WARNING = ('%d non-empty input%s translated to nothing, the model ending the output at once or '
+                        'writing only pieces without text (input line%s %s%s; beam search with a large beam '
+                        'favours the first)')
 UNREADABLE_WARNING = ('%d input line%s in characters the vocabulary lacks only (line%s %s%s): translated as empty '
                       'lines')
 
@@ -683,12 +684,7 @@ class Translator:
       stats.loop_iterations += int(result.loop_iterations)
       at_cap = ~(tokens == EOS_ID).any(-1)
       stats.outputs_at_cap += int(at_cap.sum())
-      ended_at_once = tokens[:, 0] == EOS_ID
-      stats.empty_outputs += int(ended_at_once.sum())
       stats.outputs_with_unknown += int((tokens == UNK_ID).any(-1).sum())
-      if lines_emptied is not None:
-        lines_emptied[:] = heapq.nsmallest(_LINES_AT_CAP_NAMED, lines_emptied + [
-            first_line + nonempty[i] for i, empty in zip(indices, ended_at_once) if empty])
       cut_lines = sorted(first_line + nonempty[i] for i, cut in zip(indices, at_cap) if cut)
       if lines_at_cap is not None:  # the first lines of the input, not of the batches (sorted by length)
         lines_at_cap[:] = heapq.nsmallest(_LINES_AT_CAP_NAMED, lines_at_cap + cut_lines)
@@ -699,9 +695,19 @@ class Translator:
       for i, row in zip(indices, tokens):
         eos = np.flatnonzero(row == EOS_ID)
         finished[nonempty[i]] = row[:eos[0]] if len(eos) else row[row != PAD_ID]
+      emptied = [i for i in indices if self._no_text(finished[nonempty[i]])]
+      stats.empty_outputs += len(emptied)
+      if lines_emptied is not None:
+        lines_emptied[:] = heapq.nsmallest(_LINES_AT_CAP_NAMED, lines_emptied + [
+            first_line + nonempty[i] for i in emptied])
       if recent:
         recent[0] = drafts.remember_outputs(recent[0], [finished[nonempty[i]] for i in indices])
       yield finished
+
+  def _no_text(self, ids: np.ndarray) -> bool:
+    """Whether output ids (up to EOS) detokenise to no text: EOS first, or only pieces that give none (a lone
+    word boundary, the reserved symbols, BOS; a weak model or a tight repetition guard makes them)."""
+    return not len(ids) or not self.tokenizer.decode([ids])[0].strip()
 
   def iter_ids(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
                chunk_sentences: int = 4096, lines_at_cap: list | None = None,

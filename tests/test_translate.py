@@ -24,6 +24,7 @@ import pytest
 from conftest import DATA, REPO
 from fastmt import decode_lib, translate, workdir as workdir_lib
 from fastmt.data import corpus
+from fastmt.data.tokenizer import BOS_ID
 from fastmt.decoding.step import EOS_ID
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, TranslationStats, Translator
@@ -762,12 +763,32 @@ def test_empty_outputs_of_non_empty_inputs_are_counted_and_named(model_parts, ca
   monkeypatch.setattr(translator, 'decode_batch', ending_at_once)
   hypotheses, stats = translator.translate(['', 'God', '', 'And God said, Let there be light.'], batch_size=2)
   assert hypotheses == ['', '', '', ''] and (stats.empty_inputs, stats.empty_outputs) == (2, 2)
-  assert '2 non-empty inputs translated to nothing, the model ending the output at once (input lines 2, 4;' in \
-      caplog.text
+  assert '2 non-empty inputs translated to nothing, the model ending the output at once or writing only pieces ' \
+      'without text (input lines 2, 4;' in caplog.text
   caplog.clear()  # validation during training and the bench's timing passes count them instead
   with translate.quiet_repeated_warnings():
     assert translator.translate(['God'])[1].empty_outputs == 1
   assert 'translated to nothing' not in caplog.text
+
+
+def test_outputs_of_no_text_are_counted_as_empty(model_parts, caplog, monkeypatch):
+  """An output whose pieces all detokenise to nothing (BOS, the reserved symbols, a lone word boundary: a weak
+  model under a tight repetition guard wrote '▁' alone) is an empty line too: it was counted only when the first
+  token was EOS, so a user review saw empty lines with empty_outputs 0 and no warning."""
+  translator = Translator(*model_parts, DecodeSettings())
+  decode_batch = translator.decode_batch
+
+  def no_text(*args, **kwargs):  # row 0: BOS then EOS (no text); the other rows as decoded
+    out = decode_batch(*args, **kwargs)
+    return dataclasses.replace(out, tokens=out.tokens.at[0, :2].set(jnp.array([BOS_ID, EOS_ID])))
+  monkeypatch.setattr(translator, 'decode_batch', no_text)
+  texts = ['God', 'And God said, Let there be light.']
+  hypotheses, stats = translator.translate(texts, batch_size=1)  # each its own batch: both rows 0
+  assert hypotheses == ['', ''] and stats.empty_outputs == 2
+  assert '(input lines 1, 2;' in caplog.text
+  monkeypatch.setattr(translator, 'decode_batch', decode_batch)
+  hypotheses, stats = translator.translate(texts)
+  assert stats.empty_outputs == sum(not h.strip() for h in hypotheses)  # the count is the text's
 
 
 def test_decode_cli_blank_and_huge_lines_keep_their_places(trained_workdir, tmp_path):
