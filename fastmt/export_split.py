@@ -5,6 +5,8 @@ r"""Writes one split of a work directory's dataset as plain text files, for deco
 
 Multilingual datasets: `--direction en_fr` keeps that direction's lines; their sources carry the
 target-language tag already, so translate them without `decode.py --tag_inputs`.
+A sentence holding a line break is written on one line, the break a space (warned, with the count): line i of
+the .src file stays line i of the .ref file.
 Books 40-43 are in no split, so no export can reach them.
 """
 
@@ -14,6 +16,7 @@ from absl import flags, logging
 
 from fastmt import cli, workdir as workdir_lib
 from fastmt.data import corpus
+from fastmt.decode_lib import one_line
 from fastmt.errors import FastmtError, MissingError
 
 FLAGS = flags.FLAGS
@@ -36,8 +39,15 @@ def export_split(dataset_config, split: str, output_prefix: str, direction: str 
   if direction:
     data = data.select(direction)
   for path, lines in zip(outputs, (data.sources, data.targets)):
+    # A sentence holding a line break (a tfds dataset's may) would be two lines of one file and one of the other:
+    # every later source would meet another sentence's reference. Written on one line, with spaces, and counted.
+    flattened = [one_line(line) for line in lines]
+    broken = sum(a != b for a, b in zip(lines, flattened))
+    if broken:
+      logging.warning('%s: %d sentence%s held line breaks, written with spaces in their place', path, broken,
+                      's' * (broken > 1))
     with open(path, 'w', encoding='utf-8') as f:
-      f.writelines(line + '\n' for line in lines)
+      f.writelines(line + '\n' for line in flattened)
   return len(data.sources)
 
 

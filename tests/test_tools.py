@@ -215,6 +215,20 @@ def test_export_split_checks_its_output_before_loading_the_dataset(tmp_path):
   assert (tmp_path / 'out.ref').read_text() == 'Im Anfang\n'
 
 
+def test_export_split_keeps_a_sentence_with_a_line_break_on_one_line(tmp_path, caplog):
+  """A sentence holding a line break that str.splitlines() honours (a tfds dataset's, or U+2028 inside a line of
+  a text file) was written as it was: a reader of the .src file saw one line more than the .ref file had."""
+  (tmp_path / 'test.en').write_text('In the\u2028beginning\nAnd God\x0bsaid\nLet there be light\n', encoding='utf-8')
+  (tmp_path / 'test.de').write_text('Im Anfang\nUnd Gott sprach\nEs werde Licht\n', encoding='utf-8')
+  dataset = ml_collections.ConfigDict({'name': 'text', 'test_files': (str(tmp_path / 'test.en'),
+                                                                      str(tmp_path / 'test.de'))})
+  assert export_split.export_split(dataset, 'test', str(tmp_path / 'out')) == 3
+  sources = (tmp_path / 'out.src').read_text(encoding='utf-8')
+  assert sources.splitlines() == ['In the beginning', 'And God said', 'Let there be light']
+  assert len((tmp_path / 'out.ref').read_text(encoding='utf-8').splitlines()) == 3
+  assert 'out.src: 2 sentences held line breaks' in caplog.text and 'out.ref' not in caplog.text
+
+
 def test_distillation_refuses_a_chunk_of_nothing_and_its_teachers_directory(tmp_path):
   with pytest.raises(FastmtError, match='chunk_sentences must be >= 1'):
     distill.distill(str(tmp_path), ['a'], str(tmp_path / 'kd'), chunk_sentences=0)  # looped forever before
