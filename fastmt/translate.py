@@ -643,7 +643,8 @@ class Translator:
   def _decode_chunk(self, texts, batch_size: int, stats: TranslationStats, first_line: int,
                     recent: list | None = None, lines_at_cap: list | None = None,
                     every_line_at_cap: list | None = None, lines_emptied: list | None = None) -> Iterator[dict]:
-    """Decodes a chunk of lines; after every batch yields {index in chunk: output ids} of what finished.
+    """Decodes a chunk of lines; after every batch yields {index in chunk: (output ids, text)} of what
+    finished: the text is detokenised here, once, since counting the outputs of no text needs it anyway.
 
     recent: [int32 [ngram_memory]] (a one-item list, updated in place after every batch) where the decoder
     drafts from earlier outputs, else None. lines_at_cap: the input line numbers of outputs at the cap are
@@ -669,7 +670,7 @@ class Translator:
       plural = 's' * (len(unreadable) > 1)
       logger.warning(UNREADABLE_WARNING, len(unreadable), plural, plural, named,
                      ', ...' if len(unreadable) > _LINES_AT_CAP_NAMED else '')
-    empty = {i: np.zeros((0,), np.int32) for i in sorted(set(range(len(texts))) - set(nonempty))}
+    empty = {i: (np.zeros((0,), np.int32), '') for i in sorted(set(range(len(texts))) - set(nonempty))}
     if empty:
       yield empty
     for indices, source, caps in self.batches(source_ids, batch_size):
@@ -691,28 +692,38 @@ class Translator:
       if every_line_at_cap is not None:
         every_line_at_cap.extend(cut_lines)
       stats.output_tokens += int(((tokens != PAD_ID) & (tokens != EOS_ID)).sum())
-      finished = {}
-      for i, row in zip(indices, tokens):
+      outputs = []
+      for row in tokens:
         eos = np.flatnonzero(row == EOS_ID)
-        finished[nonempty[i]] = row[:eos[0]] if len(eos) else row[row != PAD_ID]
-      emptied = [i for i in indices if self._no_text(finished[nonempty[i]])]
+        outputs.append(row[:eos[0]] if len(eos) else row[row != PAD_ID])
+      outputs_text = self.tokenizer.decode(outputs)  # one call for the batch
+      # No text: EOS first, or only pieces that give none (a lone word boundary, the reserved symbols, BOS;
+      # a weak model or a tight repetition guard makes them).
+      emptied = [i for i, text in zip(indices, outputs_text) if not text.strip()]
       stats.empty_outputs += len(emptied)
       if lines_emptied is not None:
         lines_emptied[:] = heapq.nsmallest(_LINES_AT_CAP_NAMED, lines_emptied + [
             first_line + nonempty[i] for i in emptied])
       if recent:
-        recent[0] = drafts.remember_outputs(recent[0], [finished[nonempty[i]] for i in indices])
-      yield finished
-
-  def _no_text(self, ids: np.ndarray) -> bool:
-    """Whether output ids (up to EOS) detokenise to no text: EOS first, or only pieces that give none (a lone
-    word boundary, the reserved symbols, BOS; a weak model or a tight repetition guard makes them)."""
-    return not len(ids) or not self.tokenizer.decode([ids])[0].strip()
+        recent[0] = drafts.remember_outputs(recent[0], outputs)
+      yield {nonempty[i]: pair for i, pair in zip(indices, zip(outputs, outputs_text))}
 
   def iter_ids(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
                chunk_sentences: int = 4096, lines_at_cap: list | None = None,
                stream: bool = False, first_line: int = 1) -> Iterator[np.ndarray]:
     """Output ids per input line (without EOS; empty for a blank line), in input order, as they finish.
+    Arguments as in iter_outputs."""
+    # closing: a caller that stops early stops iter_outputs (and a stream's reader) now, not when collected
+    with contextlib.closing(self.iter_outputs(texts, batch_size, stats, chunk_sentences, lines_at_cap, stream,
+                                              first_line)) as outputs:
+      for ids, _ in outputs:
+        yield ids
+
+  def iter_outputs(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
+                   chunk_sentences: int = 4096, lines_at_cap: list | None = None,
+                   stream: bool = False, first_line: int = 1) -> Iterator[tuple[np.ndarray, str]]:
+    """(output ids, translation) per input line (the ids without EOS; empty, and '', for a blank line), in input
+    order, as they finish.
 
     Reads chunk_sentences lines at a time: memory holds one chunk's tensors, whatever the input's size. With
     stream=True a chunk is the lines that have arrived, at most chunk_sentences (fastmt.streaming): a line
@@ -759,25 +770,31 @@ class Translator:
 
   def translate_iter(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
                      chunk_sentences: int = 4096, stream: bool = False) -> Iterator[str]:
-    """Translations in input order, streamed (see iter_ids, and its stream for an interactive input); a blank
-    line gives an empty line."""
-    for ids in self.iter_ids(texts, batch_size, stats, chunk_sentences, stream=stream):
-      yield self.tokenizer.decode([ids])[0]
+    """Translations in input order, streamed (see iter_outputs, and its stream for an interactive input); a
+    blank line gives an empty line."""
+    with contextlib.closing(self.iter_outputs(texts, batch_size, stats, chunk_sentences, stream=stream)) as outputs:
+      for _, text in outputs:
+        yield text
 
   def translate_ids(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
                     lines_at_cap: list | None = None, first_line: int = 1):
     """(output ids per input, statistics): the ids up to EOS, without it; empty for empty inputs. `stats`
     (new if None) is added to; lines_at_cap as in iter_ids. texts: a list, or any iterable of lines (read
     whole: one chunk; translate_iter streams)."""
-    if not isinstance(texts, (str, collections.abc.Sequence)):
-      texts = list(texts)  # a generator or a file: its length sizes the one chunk
-    stats = _stats_or_new(stats)
-    return list(self.iter_ids(texts, batch_size, stats, chunk_sentences=max(1, len(texts)),
-                              lines_at_cap=lines_at_cap, first_line=first_line)), stats
+    outputs, stats = self._all_outputs(texts, batch_size, stats, lines_at_cap, first_line)
+    return [ids for ids, _ in outputs], stats
 
   def translate(self, texts: Iterable[str], batch_size: int = 32, stats: TranslationStats | None = None,
                 lines_at_cap: list | None = None, first_line: int = 1) -> tuple[list[str], TranslationStats]:
     """Translations in input order; an empty (or blank) line gives an empty line without decoding.
-    lines_at_cap and first_line as in iter_ids."""
-    ids, stats = self.translate_ids(texts, batch_size, stats, lines_at_cap, first_line)
-    return self.tokenizer.decode(ids), stats
+    lines_at_cap and first_line as in iter_outputs."""
+    outputs, stats = self._all_outputs(texts, batch_size, stats, lines_at_cap, first_line)
+    return [text for _, text in outputs], stats
+
+  def _all_outputs(self, texts, batch_size, stats, lines_at_cap, first_line):
+    """([(ids, text)] of every line, read whole as one chunk, statistics)."""
+    if not isinstance(texts, (str, collections.abc.Sequence)):
+      texts = list(texts)  # a generator or a file: its length sizes the one chunk
+    stats = _stats_or_new(stats)
+    return list(self.iter_outputs(texts, batch_size, stats, chunk_sentences=max(1, len(texts)),
+                                  lines_at_cap=lines_at_cap, first_line=first_line)), stats

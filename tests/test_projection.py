@@ -132,9 +132,11 @@ def test_clusters_load_for_a_model_cast_to_bfloat16_or_int8_through_the_api(trai
                              {'fingerprint': clusters_lib.fingerprint(model_config, tokenizer, params)})
   for dtype in ('bfloat16', 'int8', 'int8_layers'):
     model = fastmt.load(trained_workdir, dtype=dtype)
-    clustered = model.translate(sources, clusters=str(tmp_path / 'c'))  # it raised 'rebuild them' here
-    assert len(clustered) == len(sources), dtype
-  assert clustered == model.translate(sources)  # int8_layers keeps the float embedding: every token, dense's
+    clustered = model.translator(clusters=str(tmp_path / 'c')).translate_ids(sources)[0]  # raised 'rebuild them'
+    dense = model.translator().translate_ids(sources)[0]
+    # Ids, not text: the tiny model's pieces may detokenise to nothing, which would make any two outputs equal.
+    assert any(len(row) for row in dense), dtype
+    assert [row.tolist() for row in clustered] == [row.tolist() for row in dense], dtype  # every token active
   model.params = jax.tree_util.tree_map(lambda x: x, model.params)  # weights of their own, from now on
   with pytest.raises(ValueError, match='rebuild them'):
     model.translate(sources, clusters=str(tmp_path / 'c'))
