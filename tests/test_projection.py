@@ -127,7 +127,11 @@ def test_clusters_load_for_a_model_cast_to_bfloat16_or_int8_through_the_api(trai
   tokenizer = workdir_lib.load_tokenizer(trained_workdir)
   hidden, _ = clusters_lib.record_states(Translator(model_config, params, tokenizer), sources, top_k=2)
   every_token = np.tile(np.arange(model_config.vocab_size), (len(hidden), 1))
-  clusters = projection.build_clusters(hidden, every_token, projection.fit_kmeans(hidden, 4), model_config.vocab_size)
+  # capacity = the vocabulary: with the default (half of it) a union of every token overflows and every step is
+  # dense, so the comparison below would not reach the clustered projection of the cast weights.
+  clusters = projection.build_clusters(hidden, every_token, projection.fit_kmeans(hidden, 4), model_config.vocab_size,
+                                       capacity=model_config.vocab_size)
+  assert clusters.widths[-1] >= model_config.vocab_size
   clusters_lib.save_clusters(str(tmp_path / 'c'), clusters,
                              {'fingerprint': clusters_lib.fingerprint(model_config, tokenizer, params)})
   for dtype in ('bfloat16', 'int8', 'int8_layers'):
