@@ -160,6 +160,9 @@ def _resume_point(output_dir: str, manifest: dict) -> int:
   if differing:
     raise FastmtError(f'{output_dir} holds a distillation with other {differing}; use a new --output_dir')
   done = int(saved.get('done', 0))
+  if not os.path.isfile(path):  # deleted by hand: resuming would begin mid-way, without the first lines
+    raise FastmtError(f'{output_dir} has a {MANIFEST_FILE} recording {done} distilled lines but no '
+                      f'{DISTILLED_FILE}: the directory is damaged; use a new --output_dir')
   with open(path, 'rb+') as f:
     data = f.read()
     lines = data.count(b'\n')

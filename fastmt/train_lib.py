@@ -242,13 +242,22 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
   # A finished run (its newest checkpoint at num_train_steps) only restores and returns, in seconds: a second
   # process resuming it at the same time (notebooks 02-05 each resume 01's model; scripts sharing one base
   # model) waits for the lock instead of failing. A run with steps left to train is refused at once.
-  newest = _newest_checkpoint_step(workdir)
-  if newest > config.num_train_steps:  # it printed 'Resumed from step N', trained nothing and recorded the lower count
-    raise FastmtError(f'{workdir} holds a run at step {newest}, past config.num_train_steps={config.num_train_steps}: '
-                      'nothing to train (decode it as it is, raise num_train_steps to go on, or give a new --workdir)')
-  finished = newest >= config.num_train_steps
+  finished = _refuse_a_run_past(workdir, config.num_train_steps) >= config.num_train_steps
   with workdir_lib.training_lock(workdir, wait_s=FINISHED_RUN_LOCK_WAIT_S if finished else 0):
+    # Again once the lock is held: the run it waited for may have trained past this config's count meanwhile
+    # (resumed with a higher num_train_steps), and this one would record the lower count over its checkpoints.
+    _refuse_a_run_past(workdir, config.num_train_steps)
     return _train_in(config, workdir, objective_name, objective_options)
+
+
+def _refuse_a_run_past(workdir: str, num_train_steps: int) -> int:
+  """The work directory's newest checkpoint step, or an error where it is past num_train_steps (such a run
+  printed 'Resumed from step N', trained nothing and recorded the lower count)."""
+  newest = _newest_checkpoint_step(workdir)
+  if newest > num_train_steps:
+    raise FastmtError(f'{workdir} holds a run at step {newest}, past config.num_train_steps={num_train_steps}: '
+                      'nothing to train (decode it as it is, raise num_train_steps to go on, or give a new --workdir)')
+  return newest
 
 
 def _train_in(config, workdir: str, objective_name: str, objective_options) -> TrainState:
@@ -266,11 +275,6 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
   if config.get('eval_bleu_sentences'):  # the validation BLEU of every evaluation would be about 0 for nothing
     decode_lib.warn_of_13a_on_cjk(data.validation.targets[:config.eval_bleu_sentences],
                                   config.get('eval_bleu_tokenize', '13a'), 'config.eval_bleu_tokenize=')
-  _record_batch_plan(workdir, data.train_batches)
-  if jax.process_index() == 0:  # whole or not at all: a half-written record would hide the next run's changes
-    path = os.path.join(workdir, TRAIN_CONFIG_FILE)
-    files.write_whole(path, config.to_json(indent=2))
-
   state = jax.device_put(initial_state(model_config, config), replicated)
   manager = workdir_lib.checkpoint_manager(workdir, config.max_checkpoints_to_keep, training=True)
   keep_best = config.get('keep_best_checkpoint') and config.get('eval_bleu_sentences')
@@ -289,6 +293,11 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
   elif config.get('init_from'):
     state = state.replace(params=replicated_from_host(_initial_params(config.init_from, model_config), replicated))
     said(f'Fine-tuning from {config.init_from}')
+  # Recorded once the state has been restored (or made): a refused resume (no checkpoint step reads) leaves the
+  # records of the run its checkpoints come from.
+  _record_batch_plan(workdir, data.train_batches)
+  if jax.process_index() == 0:  # whole or not at all: a half-written record would hide the next run's changes
+    files.write_whole(os.path.join(workdir, TRAIN_CONFIG_FILE), config.to_json(indent=2))
   start_step = int(state.step)
   _forget_history_after(workdir, start_step)
 
@@ -371,8 +380,9 @@ def check_training_settings(config) -> None:
   for name, lowest, above in (('learning_rate', 0, True), ('weight_decay', 0, False), ('grad_clip_norm', 0, True),
                               ('label_smoothing', 0, False), ('cooldown_fraction', 0, False)):
     value = config.get(name)
-    if value is None:  # an older config without the field: the code's default
-      continue
+    if value is None:  # the optimiser reads every one: a missing one was a raw AttributeError
+      raise FastmtError(f'config.{name} is missing (or None): every training config sets it, as '
+                        'configs/quickstart.py does')
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or \
         value < lowest or (above and value == lowest):
       raise FastmtError(f'config.{name} must be a number {">" if above else ">="} {lowest}, got {value!r}')
@@ -406,6 +416,9 @@ def check_training_settings(config) -> None:
   if isinstance(p_raw, bool) or not isinstance(p_raw, numbers.Real) or not 0 <= p_raw <= 1:
     raise FastmtError(f'config.dataset.p_raw must be a number in [0, 1] (the share of raw targets in mixed '
                       f'distillation), got {p_raw!r}')
+  if p_raw and not config.dataset.get('distilled_dir'):  # configs/hrt.py's 0.5, trained on raw data
+    logger.warning('config.dataset.p_raw=%g mixes raw targets into distilled ones, but config.dataset.distilled_dir '
+                   'is not set: this run trains on the raw targets only', p_raw)
   # The training buckets' padded lengths (a bucket of 0 divided by zero, a fraction failed the batch plan,
   # both after the vocabulary had been trained and written).
   buckets = config.get('bucket_lengths', ())
@@ -465,6 +478,9 @@ def _record_batch_plan(workdir: str, batches) -> None:
     files.write_whole(path, json.dumps(plan, indent=2))
 
 
+# What the vocabulary (spm.model) was trained with: a resumed run keeps it, whatever these say now.
+VOCABULARY_KEYS = ('vocab_size', 'vocab_character_coverage', 'vocab_normalization')
+
 # What shapes the steps still to train (their learning rates, their updates): changed on a resume, the run is
 # a hybrid of two settings.
 RESUME_SCHEDULE_KEYS = ('num_train_steps', 'learning_rate', 'warmup_steps', 'cooldown_fraction', 'weight_decay',
@@ -490,7 +506,7 @@ def _warn_of_a_changed_corpus(workdir: str, config) -> None:
   old.setdefault('train_split', 'train')  # recorded before the field existed: the whole split
   old = corpus.with_absolute_paths(old)  # recorded before they were made absolute: as this run would read them
   changed = [f'dataset.{k}' for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k != 'p_raw']
-  changed += ['vocab_size'] if recorded.get('vocab_size') != current.get('vocab_size') else []
+  changed += [k for k in VOCABULARY_KEYS if k in recorded and recorded[k] != current.get(k)]
   if changed:
     logger.warning('%s resumes from its checkpoint with %s changed since its recorded config: it keeps its '
                    'vocabulary (%s) and its steps so far (text in characters the vocabulary lacks trains as '
@@ -504,6 +520,12 @@ def _warn_of_a_changed_corpus(workdir: str, config) -> None:
     logger.warning('%s resumes from its checkpoint with %s: its steps so far were trained with the recorded '
                    'values, the rest train with these (config.json now records only these)', workdir,
                    ', '.join(schedule))
+  # The seed orders the batches of every epoch (dropout's key is the checkpoint's): another one reorders them
+  # from the resumed step on, in the middle of an epoch.
+  if 'seed' in recorded and recorded['seed'] != current.get('seed'):
+    logger.warning('%s resumes from its checkpoint with seed %r -> %r: from here on its batches come in the new '
+                   'seed\'s order, so the epoch under way sees some pairs twice and others not at all (dropout '
+                   'keeps the checkpoint\'s key)', workdir, recorded['seed'], current.get('seed'))
 
 
 def _restore_newest_readable(manager, state, workdir: str, max_to_keep):

@@ -15,6 +15,7 @@ import pytest
 from conftest import DATA
 from fastmt import checkpoint_average, decode_lib, distill, precision, workdir as workdir_lib
 from fastmt.data import batching, corpus, distilled, pipeline
+from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings
 
 
@@ -176,6 +177,11 @@ def test_distillation_refuses_other_settings_other_sources_and_unfinished_files(
     distill.distill(trained_workdir, sources[:-1], out, DecodeSettings('greedy'), chunk_sentences=8)
   with pytest.raises(ValueError, match='unfinished'):
     distill.load_distilled_targets(out, sources)
+  kept = open(os.path.join(out, distill.DISTILLED_FILE), 'rb').read()
+  os.unlink(os.path.join(out, distill.DISTILLED_FILE))  # deleted by hand: a raw FileNotFoundError
+  with pytest.raises(FastmtError, match='recording 8 distilled lines but no distilled.txt: the directory is damaged'):
+    distill.distill(trained_workdir, sources, out, DecodeSettings('greedy'), chunk_sentences=8)
+  open(os.path.join(out, distill.DISTILLED_FILE), 'wb').write(kept)
   # Another teacher at the same path and step (trained or averaged again): its outputs were appended to the
   # first one's without a word.
   teacher = tmp_path / 'teacher'

@@ -264,6 +264,33 @@ def test_resuming_a_finished_run_waits_for_another_process_resuming_it(trained_w
   assert _losses(workdir) == _losses(trained_workdir)  # nothing trained or logged again
 
 
+def test_a_run_trained_past_this_configs_steps_while_it_waited_for_the_lock_is_refused(trained_workdir,
+                                                                                       tiny_config, tmp_path):
+  """The finished-run check came before the lock only: the run it waited for (resumed with a higher
+  num_train_steps) trained on meanwhile, and this one then 'resumed' it and recorded its lower count."""
+  workdir = str(tmp_path / 'finished')
+  shutil.copytree(trained_workdir, workdir)
+  steps = os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)
+  last, later = tiny_config.num_train_steps, tiny_config.num_train_steps + 5
+  with open(os.path.join(workdir, workdir_lib.TRAIN_CONFIG_FILE), 'rb') as f:
+    recorded = f.read()
+  holder = subprocess.Popen(  # the other run: holds the lock while its newest step becomes a later one
+      [sys.executable, '-c', 'import os, time; from fastmt import workdir\n'
+       f'with workdir.training_lock({workdir!r}):\n  print("held", flush=True); time.sleep(2)\n'
+       f'  os.rename(os.path.join({steps!r}, "{last}"), os.path.join({steps!r}, "{later}"))'],
+      stdout=subprocess.PIPE, text=True)
+  try:
+    assert 'held' in holder.stdout.readline()
+    with pytest.raises(FastmtError, match=f'holds a run at step {later}, past config.num_train_steps={last}'):
+      train_lib.train_and_evaluate(tiny_config, workdir)
+    assert holder.wait(timeout=60) == 0  # it ran to its end before the refusal
+  finally:
+    holder.kill()
+    holder.wait()
+  with open(os.path.join(workdir, workdir_lib.TRAIN_CONFIG_FILE), 'rb') as f:
+    assert f.read() == recorded  # the other run's record stands
+
+
 def test_a_killed_run_leaves_no_lock_held(tmp_path):
   holder = subprocess.Popen(
       [sys.executable, '-c', 'import sys, time; from fastmt import workdir\n'
@@ -500,6 +527,10 @@ def test_training_counts_are_checked_before_anything_is_written(tiny_config, tmp
     ('label_smoothing', 1.0, 'config.label_smoothing must be below 1'),
     ('cooldown_fraction', -0.5, 'config.cooldown_fraction must be a number >= 0'),
     ('cooldown_fraction', 1.5, 'config.cooldown_fraction must be at most 1'),
+    # a raw TypeError / AttributeError from the optimiser, after the vocabulary and configs were written
+    ('learning_rate', None, 'config.learning_rate is missing'),
+    ('weight_decay', 'deleted', 'config.weight_decay is missing'),
+    ('cooldown_fraction', 'deleted', 'config.cooldown_fraction is missing'),
     ('model.dropout_rate', 1.5, 'dropout_rate must be a number in \\[0, 1\\)'),
     ('init_from', '/nonexistent/run', "config.init_from '/nonexistent/run' is no work directory"),
     ('dataset.name', 'bible/en_xx', "unknown Bible pair 'en_xx'"),  # left the directory and its lock
@@ -522,7 +553,9 @@ def test_bad_rates_and_a_missing_initial_model_are_refused_before_anything_is_wr
   """dropout_rate=1.5 trained (flax zeroes every activation) and a negative learning rate trained away from the
   data without a word; a missing init_from was a FileNotFoundError traceback from the tokenizer."""
   bad = tiny_config.copy_and_resolve_references()
-  if key.startswith(('model.', 'dataset.')):
+  if value == 'deleted':
+    del bad[key]
+  elif key.startswith(('model.', 'dataset.')):
     bad[key.split('.')[0]][key.split('.')[1]] = value
   else:
     bad[key] = value
@@ -682,6 +715,16 @@ def test_resuming_with_another_corpus_warns_that_the_vocabulary_stays(trained_wo
     train_lib.train_and_evaluate(longer, str(workdir))
   assert (f'resumes from its checkpoint with num_train_steps {other.num_train_steps} -> {longer.num_train_steps}, '
           f'learning_rate {other.learning_rate!r} -> {longer.learning_rate!r}') in caplog.text
+  assert 'seed' not in caplog.text
+  # another seed reorders the batches from the resumed step; another coverage does not touch the vocabulary
+  reseeded = longer.copy_and_resolve_references()
+  reseeded.num_train_steps += 2
+  reseeded.seed, reseeded.vocab_character_coverage = longer.seed + 7, 0.9
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    train_lib.train_and_evaluate(reseeded, str(workdir))
+  assert f'with seed {longer.seed} -> {reseeded.seed}: from here on its batches come in the new seed' in caplog.text
+  assert 'with vocab_character_coverage changed since its recorded config: it keeps its vocabulary' in caplog.text
 
 
 def test_when_no_checkpoint_reads_nothing_is_renamed(trained_workdir, tiny_config, tmp_path):
@@ -695,6 +738,38 @@ def test_when_no_checkpoint_reads_nothing_is_renamed(trained_workdir, tiny_confi
   for name in names:
     shutil.rmtree(steps / name)
     (steps / name).mkdir()
+  records = {name: (workdir / name).read_bytes() for name in (workdir_lib.TRAIN_CONFIG_FILE,
+                                                                train_lib.BATCH_PLAN_FILE)}
+  other = tiny_config.copy_and_resolve_references()  # other settings: they were recorded before the refusal
+  other.num_train_steps, other.learning_rate, other.tokens_per_batch = 40, 1e-4, 2 * tiny_config.tokens_per_batch
   with pytest.raises(FastmtError, match='no checkpoint step of .* can be read .*nothing was renamed'):
-    train_lib.train_and_evaluate(tiny_config, str(workdir))
+    train_lib.train_and_evaluate(other, str(workdir))
   assert sorted(p.name for p in steps.iterdir() if p.is_dir()) == names
+  assert {name: (workdir / name).read_bytes() for name in records} == records  # as the checkpoints' run left them
+
+
+def test_a_work_directory_with_checkpoints_but_no_vocabulary_is_one_clear_error(trained_workdir, tiny_config,
+                                                                                tmp_path):
+  """A vocabulary trained afresh (another coverage, or another sentencepiece version) gave the checkpoint's
+  ids other pieces, and the run resumed on it without a word."""
+  workdir = tmp_path / 'copy'
+  shutil.copytree(trained_workdir, workdir)
+  (workdir / workdir_lib.TOKENIZER_FILE).unlink()
+  longer = tiny_config.copy_and_resolve_references()
+  longer.num_train_steps += 2
+  with pytest.raises(FastmtError, match='holds checkpoints but no spm.model: the work directory is damaged'):
+    train_lib.train_and_evaluate(longer, str(workdir))
+  assert not (workdir / workdir_lib.TOKENIZER_FILE).exists()
+
+
+def test_p_raw_without_distilled_data_is_said_to_do_nothing(tiny_config, caplog):
+  config = tiny_config.copy_and_resolve_references()
+  config.dataset.p_raw = 0.5  # configs/hrt.py's, trained on raw data
+  with caplog.at_level('WARNING'):
+    train_lib.check_training_settings(config)
+  assert 'config.dataset.distilled_dir is not set: this run trains on the raw targets only' in caplog.text
+  config.dataset.p_raw = 0.0
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    train_lib.check_training_settings(config)
+  assert 'p_raw' not in caplog.text

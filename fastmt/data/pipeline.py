@@ -11,6 +11,7 @@ import numpy as np
 
 from fastmt.data import batching, corpus, distilled
 from fastmt.data.tokenizer import RESERVED_SYMBOLS, UNK_ID, Tokenizer, extend_with_reserved, train_tokenizer
+from fastmt.errors import FastmtError
 from fastmt.files import write_whole
 from fastmt.workdir import TOKENIZER_FILE, has_checkpoints
 
@@ -35,6 +36,9 @@ def get_tokenizer(config, workdir: str, train: corpus.ParallelText) -> Tokenizer
   a teacher and an initial model with different ones, is an error.
   """
   path = os.path.join(workdir, TOKENIZER_FILE)
+  if not os.path.exists(path) and has_checkpoints(workdir):  # a new vocabulary would give their ids other pieces
+    raise FastmtError(f'{workdir} holds checkpoints but no {TOKENIZER_FILE}: the work directory is damaged (put '
+                      f'back the {TOKENIZER_FILE} it was trained with, or use a new --workdir)')
   init_from = config.get('init_from')
   if init_from:  # fine-tuning keeps the initial model's vocabulary
     init_spm = os.path.join(init_from, TOKENIZER_FILE)
