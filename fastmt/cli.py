@@ -35,7 +35,7 @@ def parse_flags_or_exit(argv):
   if twice:  # ml_collections joins a tuple given twice, (12, 16) and (20,) -> (12, 16, 20), where one expects the last
     sys.exit(f'{tool_name()}: error: {", ".join(twice)} given more than once: give each config override once')
   try:
-    return flags.FLAGS(argv)
+    remaining = flags.FLAGS(argv)
   except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
     key, hint = _missing_key(e)
     overrides = [a.split('=', 1)[0] for a in argv if a.startswith('--config.')]
@@ -47,6 +47,15 @@ def parse_flags_or_exit(argv):
       sys.exit(f'{tool_name()}: error: bad config: KeyError {key!r} while loading it{hint}')
     what = 'bad flag or config override' if 'config' in flags.FLAGS else 'bad flag'  # train.py has --config
     sys.exit(f'{tool_name()}: error: {what}: {one_line_message(e)}')
+  for name in PATH_FLAGS:  # '--workdir=~/runs/x': the shell expands '~' only at the start of a word
+    if name in flags.FLAGS and isinstance(flags.FLAGS[name].value, str) and flags.FLAGS[name].value.startswith('~'):
+      flags.FLAGS[name].value = os.path.expanduser(flags.FLAGS[name].value)
+  return remaining
+
+
+# The tools' flags that name files or directories: '~' in them is the home directory, as in fastmt.load.
+PATH_FLAGS = ('workdir', 'input', 'output', 'reference', 'metrics_json', 'drafter_workdir', 'clusters', 'ddgviz',
+              'output_dir', 'output_prefix', 'student_workdir', 'teacher')
 
 
 def _missing_key(error: BaseException) -> tuple[str | None, str]:

@@ -206,6 +206,9 @@ def drawn_settings(settings: DecodeSettings) -> DecodeSettings:
   have no Jacobi iterations to draw: a FastmtError, so that no other decoder's trace is drawn in their name."""
   if settings.algorithm in JACOBI_FAMILY:
     return settings
+  if settings.algorithm == 'greedy' and settings.max_repeats:  # PGJ's error named pgj, which nobody asked for
+    raise FastmtError('DDGviz draws greedy as PGJ, its exact equal, but PGJ has no repetition guard (max_repeats '
+                      'changes the output): drop --max_repeats to draw greedy\'s iterations')
   if settings.algorithm == 'greedy':
     return dataclasses.replace(settings, algorithm='pgj')
   raise FastmtError(f'DDGviz draws Jacobi decoding ({", ".join(JACOBI_FAMILY)}, or greedy as PGJ, its exact '

@@ -66,6 +66,7 @@ class DecodeReport:
   # reference lines in a Unicode form the vocabulary rewrites (warn_of_unreachable_references): no output
   # matches them as written
   references_not_in_output_form: int = 0
+  timed_sentences: int = 0  # the sentences ms_per_sentence is the median of: the first speed_sentences decodable
 
 
 @dataclasses.dataclass
@@ -572,12 +573,23 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
     if not translator.tokenizer.has_piece(tag):
       raise FastmtError(f'--tag_inputs: the vocabulary has no {tag} symbol, so this model was not trained to '
                         f'translate {tag_direction} (a multilingual model keeps one tag per direction)')
-    lines = (f'{tag} {line}' if has_visible_text(line) else line for line in lines)
+  tags_added = 0  # one word each: words_per_s counts the text given, not the tags
+
+  def tagged(source_lines):
+    nonlocal tags_added
+    for line in source_lines:
+      if has_visible_text(line):
+        tags_added += 1
+        line = f'{tag} {line}'
+      yield line
+
+  if tag_direction:
+    lines = tagged(lines)
   first_sources = []
 
-  def remembered(source_lines):
+  def remembered(source_lines):  # the first speed_sentences that are decoded: a blank line would time nothing
     for line in source_lines:
-      if len(first_sources) < speed_sentences:
+      if len(first_sources) < speed_sentences and translator.decodable([line]):
         first_sources.append(line)
       yield line
 
@@ -611,14 +623,14 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
   return DecodeReport(
       sentences=stats.sentences, **scored,
       ms_per_sentence=ms_per_sentence, sentences_per_s=stats.sentences / decode_seconds,
-      words_per_s=words / decode_seconds, decoder_calls_per_sentence=stats.decoder_calls / decoded,
+      words_per_s=(words - tags_added) / decode_seconds, decoder_calls_per_sentence=stats.decoder_calls / decoded,
       tokens_per_call=stats.tokens_per_call, drafter_calls_per_sentence=stats.drafter_calls / decoded,
       compile_s=stats.compile_seconds, empty_inputs=stats.empty_inputs, truncated_inputs=stats.truncated_inputs,
       outputs_at_cap=stats.outputs_at_cap, unreadable_inputs=stats.unreadable_inputs, wall_s=wall,
       empty_outputs=stats.empty_outputs, outputs_with_unknown=stats.outputs_with_unknown,
       padding_rows=stats.padding_rows,
       replaced_input_lines=input_counts.replaced_lines, replaced_reference_lines=reference_counts.replaced_lines,
-      references_not_in_output_form=unreachable)
+      references_not_in_output_form=unreachable, timed_sentences=len(first_sources) if speed_sentences else 0)
 
 
 @contextlib.contextmanager
@@ -696,7 +708,7 @@ def format_report(report: DecodeReport) -> str:
     parts.append(f'length: hypotheses / reference {report.length_ratio:.3f} (BLEU\'s brevity penalty '
                  f'{report.brevity_penalty:.3f})')
   if report.ms_per_sentence is not None:
-    parts.append(f'batch 1: {report.ms_per_sentence:.2f} ms/sentence (median)')
+    parts.append(f'batch 1: {report.ms_per_sentence:.2f} ms/sentence (median of {report.timed_sentences})')
   parts.append(f'{report.sentences} sentences in {report.wall_s:.1f} s ({report.compile_s:.1f} s compiling); '
                f'{report.sentences_per_s:.1f} sentences/s, {report.words_per_s:.0f} source words/s without compiling')
   drafter = (f'; and {report.drafter_calls_per_sentence:.2f} drafter model calls/sentence'

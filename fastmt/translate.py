@@ -737,6 +737,10 @@ class Translator:
     if isinstance(texts, str):  # it would be read character by character, each a sentence
       raise FastmtError('give the lines to translate as a list (or any iterable of lines), not one string: '
                         f'[{texts[:40]!r}{"..." if len(texts) > 40 else ""}]')
+    for name, value in (('batch_size', batch_size), ('chunk_sentences', chunk_sentences)):
+      registry.check_whole_number(name, value)  # a chunk of 0 lines ended the input at once: nothing translated
+      if value < 1:
+        raise FastmtError(f'{name} must be >= 1, got {value}')
     stats = _stats_or_new(stats)
     lines = iter(texts)
     recent = [np.full((self.recent_size,), PAD_ID, np.int32)] if self.recent_size else None

@@ -293,6 +293,14 @@ def test_bad_lines_and_settings_are_fastmt_errors_and_translate_reports_its_coun
   for batch_size in (2.5, '4', None):
     with pytest.raises(FastmtError, match='batch_size must be a whole number'):
       model.translate(SENTENCES[:1], batch_size=batch_size)
+  translator = model.translator('greedy')
+  for chunk_sentences, message in ((0, 'chunk_sentences must be >= 1'), (-2, 'chunk_sentences must be >= 1'),
+                                   (1.5, 'chunk_sentences must be a whole number')):
+    for stream in (False, True):  # 0 ended the input at once: every sentence lost without a word
+      with pytest.raises(FastmtError, match=message):
+        list(translator.translate_iter(SENTENCES[:2], chunk_sentences=chunk_sentences, stream=stream))
+  with pytest.raises(FastmtError, match='batch_size must be >= 1'):  # checked even for an input of no lines
+    list(translator.iter_ids([], batch_size=0))
   stats = fastmt.TranslationStats()
   long_line = ' '.join(['light'] * 3 * model.config.max_length)
   assert len(model.translate(['', SENTENCES[0], long_line], stats=stats)) == 3

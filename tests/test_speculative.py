@@ -355,6 +355,15 @@ def test_only_algorithms_with_jacobi_guesses_need_the_draft_table():
   assert registry.needs_draft_table(DecodeSettings('spec', drafter='bigram'))
   assert not registry.needs_draft_table(DecodeSettings('spec', drafter='ngram'))
   assert registry.uses_draft_table(DecodeSettings('spec', drafter='ngram'))
+  # --drafter int8 drafts every window, the first included: no Jacobi guess is fed. The bigram table cost 15 s
+  # to build (and a file in the work directory) for nothing, without a word.
+  int8 = DecodeSettings('spec', drafter='int8', jacobi_init='bigram', block_size=3)
+  assert not registry.needs_draft_table(int8) and not registry.uses_draft_table(int8)
+  assert registry.ignored_settings(int8, ['jacobi_init'], '--') == [
+      '--jacobi_init has no effect with --drafter int8 (the int8 copy drafts every window, the first included)']
+  assert registry.without_ignored_settings(int8) == DecodeSettings('spec', drafter='int8', block_size=3)
+  model = DecodeSettings('spec', drafter='model', jacobi_init='bigram', block_size=3)  # its first window's guesses
+  assert registry.needs_draft_table(model) and not registry.ignored_settings(model, ['jacobi_init'])
 
 
 def test_bad_spec_settings_are_clear_errors():

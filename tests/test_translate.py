@@ -379,6 +379,18 @@ def test_decode_cli_says_which_flags_do_nothing_and_refuses_clusters_that_are_no
   assert '--drafter has no effect with --algorithm greedy' in result.stderr
   assert '--clusters has no effect without --projection clustered' in result.stderr
   assert 'no effect' not in run('--algorithm', 'beam', '--beam_size', '2').stderr
+  result = run('--bleu_tokenize', 'zh', '--direction', 'en_fr', '--ddgviz_sentences', '5')
+  assert result.returncode == 0 and result.stdout.count('\n') == 1, result.stderr
+  for flag in ('--bleu_tokenize has no effect without --reference', '--direction has no effect without '
+               '--tag_inputs or --projection clustered', '--ddgviz_sentences has no effect without --ddgviz'):
+    assert flag in result.stderr, result.stderr
+  # '--workdir=~/...': the shell leaves the '~' of '--flag=~/x' alone; fastmt.load expanded it, decode.py did not
+  (tmp_path / 'home').mkdir()
+  os.symlink(trained_workdir, tmp_path / 'home' / 'model')
+  result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir=~/model', '--progress=false'],
+                          input='God\n', capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, 'HOME': str(tmp_path / 'home')})
+  assert result.returncode == 0 and result.stdout.count('\n') == 1, result.stderr
   result = run('--projection', 'clustered', '--clusters', str(tmp_path / 'none'))
   assert result.returncode != 0 and 'no clusters there' in result.stderr and 'Traceback' not in result.stderr
   # Clusters of another direction: lines tagged beforehand need no --direction, and the default's clusters
@@ -1000,6 +1012,9 @@ def test_ddgviz_refuses_what_it_cannot_draw_before_the_model_loads(tmp_path):
   src = tmp_path / 'src.txt'
   src.write_text('God\n', encoding='utf-8')
   for flags, message in ((['--algorithm', 'beam'], 'no Jacobi iterations to draw'),
+                         # greedy is drawn as PGJ: the error named pgj, which nobody had asked for
+                         (['--max_repeats', '8'], 'DDGviz draws greedy as PGJ, its exact equal, but PGJ has no '
+                                                  'repetition guard'),
                          (['--ddgviz_sentences', '-1'], '--ddgviz_sentences must be >= 0'),
                          (['--output', str(tmp_path / 'viz')], 'is also --output'),  # was a traceback, after
                          (['--metrics_json', str(tmp_path / 'viz')], 'is also --metrics_json')):  # translating
@@ -1018,6 +1033,30 @@ def test_a_full_disk_names_the_output_it_was_writing(tmp_path):
     with decode_lib.replaced_on_success(str(tmp_path / 'out.txt')):
       raise FastmtError('the input file is bad')
   assert os.listdir(tmp_path) == []  # and the temporary file went with it
+
+
+def test_translate_file_times_the_first_decodable_lines_and_counts_the_words_given(model_parts, tmp_path,
+                                                                                   monkeypatch):
+  """--speed_sentences 3 timed only 'God' when blank lines came first (time_at_batch1 drops them), and
+  --tag_inputs counted each line's tag as a source word in words_per_s."""
+  translator = Translator(*model_parts)
+  src = tmp_path / 'src.txt'
+  src.write_text('\n\nGod\n\nAnd God said.\n \nGod\nGod\n', encoding='utf-8')
+  timed, passes = [], []
+  monkeypatch.setattr(decode_lib, 'time_at_batch1', lambda _, sentences: timed.append(sentences) or 1.5)
+  real_pass = decode_lib.translate_stream
+  monkeypatch.setattr(decode_lib, 'translate_stream', lambda *a, **k: passes.append(real_pass(*a, **k)) or passes[-1])
+  monkeypatch.setattr(translator.tokenizer, 'has_piece', lambda piece: True)  # as a multilingual model's
+  report = decode_lib.translate_file(translator, str(src), str(tmp_path / 'hyp'), speed_sentences=3,
+                                     tag_direction='en_de', show_progress=False)
+  tag = corpus.language_tag('en_de')
+  assert timed == [[f'{tag} God', f'{tag} And God said.', f'{tag} God']] and report.timed_sentences == 3
+  assert 'median of 3' in decode_lib.format_report(report)
+  (_, wall, words, _), = passes
+  assert words == 6 + 4  # what the decoder read: 6 words and 4 tags
+  assert report.words_per_s == pytest.approx(6 / max(wall - report.compile_s, 1e-9))
+  report = decode_lib.translate_file(translator, str(src), str(tmp_path / 'hyp'), show_progress=False)
+  assert report.timed_sentences == 0 and report.ms_per_sentence is None and len(timed) == 1
 
 
 def test_translate_file_counts_replaced_utf8_reads_streams_and_leaves_the_output_until_it_writes(model_parts,

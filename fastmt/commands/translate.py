@@ -159,6 +159,13 @@ def _warn_of_unused_flags(settings) -> None:
     logging.warning(message)
   if FLAGS['clusters'].present and FLAGS.projection != 'clustered':
     logging.warning('--clusters has no effect without --projection clustered')
+  if FLAGS['direction'].present and not FLAGS.tag_inputs and FLAGS.projection != 'clustered':
+    logging.warning('--direction has no effect without --tag_inputs or --projection clustered (it names the tag '
+                    'and the clusters)')
+  if FLAGS['bleu_tokenize'].present and not FLAGS.reference:
+    logging.warning('--bleu_tokenize has no effect without --reference (nothing is scored)')
+  if FLAGS['ddgviz_sentences'].present and not FLAGS.ddgviz:
+    logging.warning('--ddgviz_sentences has no effect without --ddgviz')
 
 
 def _check_drafter_workdir(algorithm: str) -> None:

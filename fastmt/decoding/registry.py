@@ -139,8 +139,15 @@ def _check_spec(settings):
 def needs_draft_table(settings) -> bool:
   """Whether decoding with these settings follows the bigram draft table (decode_lib.load_draft_table); only the
   algorithms with Jacobi guesses read jacobi_init (greedy with jacobi_init='bigram' loads no table)."""
-  return ((settings.jacobi_init == 'bigram' and settings.algorithm in JACOBI_ALGORITHMS)
+  return ((settings.jacobi_init == 'bigram' and settings.algorithm in JACOBI_ALGORITHMS
+           and not _drafts_every_guess(settings))
           or (settings.algorithm == 'spec' and settings.drafter == 'bigram'))
+
+
+def _drafts_every_guess(settings) -> bool:
+  """spec with --drafter int8: the int8 copy drafts each window at the start of its iteration, the first one
+  included (jacobi.pgj_decode's drafts_first), so no Jacobi guess (jacobi_init's) is ever fed."""
+  return settings.algorithm == 'spec' and settings.drafter == 'int8'
 
 
 def uses_draft_table(settings) -> bool:
@@ -336,6 +343,9 @@ def ignored_settings(settings, names, flag_prefix: str = '') -> list[str]:
   if 'alpha' in names and algorithm in _GREEDY_AT_BEAM_1 and settings.beam_size == 1:
     messages.append(f'{p}alpha has no effect with {p}algorithm {algorithm} at {p}beam_size 1, a greedy search (the '
                     f'length penalty ranks the hypotheses of {p}beam_size 2 or more)')
+  if 'jacobi_init' in names and _drafts_every_guess(settings):
+    messages.append(f'{p}jacobi_init has no effect with {p}drafter int8 (the int8 copy drafts every window, the '
+                    'first included)')
   return messages
 
 
@@ -347,6 +357,8 @@ def without_ignored_settings(settings):
            if settings.algorithm not in algorithms and getattr(settings, name) != defaults[name]}
   if settings.algorithm in _GREEDY_AT_BEAM_1 and settings.beam_size == 1 and settings.alpha != defaults['alpha']:
     reset['alpha'] = defaults['alpha']
+  if _drafts_every_guess(settings) and settings.jacobi_init != defaults['jacobi_init']:
+    reset['jacobi_init'] = defaults['jacobi_init']
   return dataclasses.replace(settings, **reset) if reset else settings
 
 
