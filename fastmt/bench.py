@@ -22,7 +22,8 @@ import jax
 import numpy as np
 
 from fastmt.data import corpus
-from fastmt import api, cli, decode_lib, few_rows, kernels, precision, roofline, rounds, width, workdir as workdir_lib
+from fastmt import api, cli, decode_lib, few_rows, files, kernels, precision, roofline, rounds, width
+from fastmt import workdir as workdir_lib
 from fastmt.decoding import registry
 from fastmt import translate
 from fastmt.translate import DecodeSettings, Translator
@@ -383,7 +384,8 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
                                             baseline=baseline, log=log, bleu_tokenize=bleu_tokenize)
   environment = environment_facts(
       workdir=workdir, checkpoint_step=step, model_config=dataclasses.asdict(model_config), sentences=len(sources),
-      speed_sentences=min(speed_sentences, len(sources)), large_batch_sentences=large_batch_sentences,
+      speed_sentences=min(speed_sentences, len(sources)),
+      large_batch_sentences=min(large_batch_sentences, len(sources)),
       batch_size=batch_size, repeats=repeats, compared_with=list(compare_workdirs), drafter_workdir=drafter_workdir,
       objectives=objectives_of(workdir, compare_workdirs), auto_widths=auto_widths_of(translators),
       float32_kernel=float32_kernel and kernels.available('float32'), baseline=baseline, **signatures)
@@ -595,6 +597,9 @@ def main(argv):
   if not sources:
     raise FastmtError(f'the {FLAGS.split} split has no sentences to translate')
   methods = FLAGS.methods or default_methods([FLAGS.workdir, *FLAGS.compare])
+  if FLAGS['baseline'].present and FLAGS.baseline not in methods:  # checked against --methods in _check_counts
+    raise FastmtError(f'--baseline {FLAGS.baseline} is not one of the methods benched without --methods '
+                      f'({",".join(methods)}): name them with --methods, the baseline among them')
   if FLAGS.split == width.CALIBRATION_SPLIT and any(map(is_auto, methods)):
     logging.warning('spec:auto times its widths on the %s split, which this bench also scores: its choice '
                     'has seen these sentences (the output is greedy\'s either way; the speed is not independent)',
@@ -625,16 +630,19 @@ def write_outputs(output_dir, results, environment, hypotheses, table):
   run's hypotheses there are removed, so the files always belong to this run."""
   if not output_dir:
     return
-  os.makedirs(output_dir, exist_ok=True)
-  for stale in glob.glob(os.path.join(output_dir, 'hyp.*.txt')):  # an earlier run's, maybe other methods
-    os.remove(stale)
-  with open(os.path.join(output_dir, 'results.json'), 'w') as f:
-    json.dump({'results': [dataclasses.asdict(r) for r in results], 'environment': environment}, f, indent=1)
-  with open(os.path.join(output_dir, 'table.md'), 'w') as f:
-    f.write(table + '\n')
-  for label, lines in hypotheses.items():
-    with open(os.path.join(output_dir, f'hyp.{label.replace(":", "_").replace("/", "__")}.txt'), 'w') as f:
-      f.writelines(line + '\n' for line in lines)
+  contents = {
+      os.path.join(output_dir, 'results.json'):
+          json.dumps({'results': [dataclasses.asdict(r) for r in results], 'environment': environment}, indent=1),
+      os.path.join(output_dir, 'table.md'): table + '\n'}
+  for label, lines in hypotheses.items():  # one line per sentence, whatever the detokeniser returned
+    contents[os.path.join(output_dir, f'hyp.{label.replace(":", "_").replace("/", "__")}.txt')] = ''.join(
+        decode_lib.one_line(line) + '\n' for line in lines)
+  # All or none (a kill or a full disk while writing left a cut results.json beside the earlier run's table),
+  # then an earlier run's hypotheses of methods this run did not bench go, so the files all belong to this run.
+  stale = set(glob.glob(os.path.join(output_dir, 'hyp.*.txt'))) - set(contents)
+  files.write_all_whole(contents)
+  for path in stale:
+    os.remove(path)
 
 
 def run():

@@ -86,6 +86,9 @@ def stored_as(params, dtype: str):
   return jax.tree_util.tree_map(lambda x: cast(jnp.asarray(x)), params)
 
 
+COPIED_FILES = (workdir_lib.MODEL_CONFIG_FILE, workdir_lib.TRAIN_CONFIG_FILE, workdir_lib.TOKENIZER_FILE)
+
+
 def check_output(workdir: str, output: str) -> None:
   """An --output the averaged model can be written to: a new directory (or an empty one), not the run's own."""
   if os.path.abspath(output) == os.path.abspath(workdir):
@@ -94,6 +97,12 @@ def check_output(workdir: str, output: str) -> None:
   if not inside.startswith(os.pardir):  # workdir/checkpoints/999 became the run's unreadable latest step
     raise FastmtError(f'--output {output} is inside --workdir {workdir}; write the averaged model elsewhere')
   cli.check_output_directory(output, '--output')
+  # The files the averaged directory copies: a missing one was a raw FileNotFoundError after minutes of reading
+  # checkpoints, leaving a half-made --output that refused the next try.
+  missing = [name for name in COPIED_FILES if not os.path.isfile(os.path.join(workdir, name))]
+  if os.path.isdir(workdir) and missing:
+    raise MissingError(f'--workdir {workdir} has no {" or ".join(missing)}: the work directory is damaged (an '
+                       'averaged model needs its configs and vocabulary)')
   if os.path.exists(os.path.join(output, workdir_lib.CHECKPOINT_DIR)):
     raise FastmtError(f'{output} already holds checkpoints; choose a new --output')
   if os.path.isdir(output) and os.listdir(output):  # its files were overwritten or kept beside the new model
@@ -108,7 +117,7 @@ def write_averaged_workdir(workdir: str, output: str, params, steps, dtype: str 
   params = stored_as(params, dtype)  # before anything is written: a bad dtype leaves no directory behind
   check_output(workdir, output)
   os.makedirs(output, exist_ok=True)
-  for name in (workdir_lib.MODEL_CONFIG_FILE, workdir_lib.TRAIN_CONFIG_FILE, workdir_lib.TOKENIZER_FILE):
+  for name in COPIED_FILES:
     shutil.copyfile(os.path.join(workdir, name), os.path.join(output, name))
   workdir_lib.save_objective(output, workdir_lib.load_objective(workdir),
                             workdir_lib.load_objective_options(workdir))

@@ -172,6 +172,7 @@ def define_flags():
   registers nothing, so any set of fastmt modules imports together."""
   flags.DEFINE_string('workdir', None, 'A train.py work directory.')
   cli.define_checkpoint_flag()
+  cli.define_plugins_flag()
   flags.DEFINE_string('direction', None, 'Language direction name, e.g. en_de (the clusters sub-directory).')
   flags.DEFINE_string('input', None, 'Unlabelled source text; default: the workdir dataset\'s training sources.')
   flags.DEFINE_bool('tag_inputs', False, 'Prefix --input lines with the --direction\'s target-language tag '
@@ -198,6 +199,7 @@ def _check_direction_of_the_dataset(workdir: str, direction: str) -> None:
 def main(argv):
   del argv  # cli.run refuses positional arguments
   logging.set_verbosity(logging.WARNING)  # orbax and tfds log every read at INFO
+  cli.import_plugins(FLAGS.plugins)  # a model trained with an objective of the user's own
   if FLAGS.max_sentences < 1:
     raise FastmtError(f'--max_sentences must be >= 1, got {FLAGS.max_sentences}')
   if FLAGS.num_clusters < 1 or FLAGS.top_k < 1:  # build_for_workdir says so too, after the corpus loaded
@@ -207,6 +209,14 @@ def main(argv):
     raise FastmtError(f'{directory} (where the clusters of --direction {FLAGS.direction} go) is a file, not a '
                       'directory: move it away or choose another --direction name')
   _check_direction_of_the_dataset(FLAGS.workdir, FLAGS.direction)
+  if FLAGS.tag_inputs and not FLAGS.input:
+    logging.warning('--tag_inputs has no effect without --input (the dataset\'s own sources are read as the model '
+                    'trained on them)')
+  if FLAGS.tag_inputs and FLAGS.input:  # as decode.py: a tag the vocabulary lacks is spelt in pieces, not obeyed
+    tag = corpus.language_tag(FLAGS.direction)
+    if not workdir_lib.load_tokenizer(FLAGS.workdir).has_piece(tag):
+      raise FastmtError(f'--tag_inputs: the vocabulary has no {tag} symbol, so this model was not trained to '
+                        f'translate {FLAGS.direction} (a multilingual model keeps one tag per direction)')
   if FLAGS.input:
     sources = corpus.read_lines(FLAGS.input)
     if FLAGS.tag_inputs:

@@ -14,7 +14,7 @@ import os
 
 from absl import flags, logging
 
-from fastmt import cli, workdir as workdir_lib
+from fastmt import cli, files, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.decode_lib import one_line
 from fastmt.errors import FastmtError, MissingError
@@ -38,6 +38,7 @@ def export_split(dataset_config, split: str, output_prefix: str, direction: str 
   data = corpus.load_split(dataset_config, split)
   if direction:
     data = data.select(direction)
+  contents = {}
   for path, lines in zip(outputs, (data.sources, data.targets)):
     # A sentence holding a line break (a tfds dataset's may) would be two lines of one file and one of the other:
     # every later source would meet another sentence's reference. Written on one line, with spaces, and counted.
@@ -46,8 +47,8 @@ def export_split(dataset_config, split: str, output_prefix: str, direction: str 
     if broken:
       logging.warning('%s: %d sentence%s held line breaks, written with spaces in their place', path, broken,
                       's' * (broken > 1))
-    with open(path, 'w', encoding='utf-8') as f:
-      f.writelines(line + '\n' for line in flattened)
+    contents[path] = ''.join(line + '\n' for line in flattened)
+  files.write_all_whole(contents)  # both or neither: a new .src beside an old .ref pairs other sentences
   return len(data.sources)
 
 

@@ -45,21 +45,38 @@ def write_whole(path: str, data: bytes | str) -> None:
   The temporary name is this call's own (a fixed 'path.tmp' let two writers write one file); the file gets the
   mode mode_for(path) says, not mkstemp's 0600 (which hid a shared directory's records from its other users).
   Raises OSError when the directory cannot be written or the disk is full; the target is then as it was."""
-  if isinstance(data, str):
-    data = data.encode('utf-8')
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  handle, temporary = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.', suffix='.partial')
+  write_all_whole({path: data})
+
+
+def write_all_whole(contents: dict) -> None:
+  """Each path of `contents` ({path: bytes or str}) holds its data whole, or every one what it held before:
+  the files of one result (a split's .src and .ref, a bench's results.json and hypotheses) are all written to
+  temporary files first, then renamed, so that a full disk or a kill while writing never leaves a new file
+  beside an old one (line i of the .src then another sentence's reference). Only the renames at the end, moments
+  long, can be cut between two files."""
+  staged = []  # (temporary, path), written and on disk
   try:
-    with os.fdopen(handle, 'wb') as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())  # on disk before the rename: after a crash, the old file or the new, never an empty one
-    os.chmod(temporary, mode_for(path))
-    os.replace(temporary, path)
-  except BaseException:  # a full disk, a kill (its exception) or Ctrl-C: the temporary file goes
-    try:
-      os.remove(temporary)
-    except OSError:
-      pass
+    for path, data in contents.items():
+      if isinstance(data, str):
+        data = data.encode('utf-8')
+      directory = os.path.dirname(os.path.abspath(path))
+      os.makedirs(directory, exist_ok=True)
+      handle, temporary = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.',
+                                           suffix='.partial')
+      staged.append((temporary, path))
+      with os.fdopen(handle, 'wb') as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())  # on disk before the rename: after a crash, the old file or the new, never an empty one
+      os.chmod(temporary, mode_for(path))
+    while staged:
+      temporary, path = staged[0]
+      os.replace(temporary, path)
+      staged.pop(0)
+  except BaseException:  # a full disk, a kill (its exception) or Ctrl-C: the temporary files go
+    for temporary, _ in staged:
+      try:
+        os.remove(temporary)
+      except OSError:
+        pass
     raise

@@ -4,6 +4,7 @@ records): a clear FastmtError before any work, never a traceback, a loop that ne
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -277,6 +278,65 @@ def test_averaging_refuses_an_output_that_holds_files_or_lies_inside_the_run(tra
   (tmp_path / 'empty').mkdir()
   checkpoint_average.check_output(trained_workdir, str(tmp_path / 'empty'))  # new or empty: fine
   checkpoint_average.check_output(trained_workdir, str(tmp_path / 'new'))
+  # a run without its vocabulary: a FileNotFoundError after reading the checkpoints, and a half-made --output
+  damaged = tmp_path / 'damaged'
+  shutil.copytree(trained_workdir, damaged)
+  (damaged / workdir_lib.TOKENIZER_FILE).unlink()
+  with pytest.raises(MissingError, match='has no spm.model: the work directory is damaged'):
+    checkpoint_average.check_output(str(damaged), str(tmp_path / 'averaged'))
+  assert not (tmp_path / 'averaged').exists()
+
+
+def test_files_of_one_result_are_written_all_or_none(tmp_path, monkeypatch):
+  """export-split's .src and .ref, a bench's results.json, table.md and hypotheses: a full disk (or a kill)
+  while writing the second left a new .src beside the old .ref, each line paired with another sentence."""
+  from fastmt import files  # pylint: disable=g-import-not-at-top
+  first, second = tmp_path / 'out.src', tmp_path / 'out.ref'
+  first.write_text('old source\n')
+  second.write_text('old reference\n')
+  real_fsync, synced = os.fsync, []
+
+  def disk_full_at_the_second(fd):
+    synced.append(fd)
+    if len(synced) == 2:
+      raise OSError(28, 'No space left on device')
+    real_fsync(fd)
+
+  monkeypatch.setattr(files.os, 'fsync', disk_full_at_the_second)
+  with pytest.raises(OSError, match='No space left'):
+    files.write_all_whole({str(first): 'new source\n', str(second): 'new reference\n'})
+  assert (first.read_text(), second.read_text()) == ('old source\n', 'old reference\n')
+  assert sorted(os.listdir(tmp_path)) == ['out.ref', 'out.src']  # no temporary file left
+  monkeypatch.setattr(files.os, 'fsync', real_fsync)
+  files.write_all_whole({str(first): 'new source\n', str(second): 'new reference\n'})
+  assert (first.read_text(), second.read_text()) == ('new source\n', 'new reference\n')
+  # the bench: an earlier run's hypotheses of other methods go once the new files are written; a hypothesis
+  # holding a line break stays on its line
+  bench_dir = tmp_path / 'bench'
+  bench_dir.mkdir()
+  (bench_dir / 'hyp.pgj_3.txt').write_text('an earlier run\n')
+  bench.write_outputs(str(bench_dir), [], {'sentences': 2}, {'greedy': ['Im\u2028Anfang', 'Gott']}, '| table |')
+  assert sorted(os.listdir(bench_dir)) == ['hyp.greedy.txt', 'results.json', 'table.md']
+  assert (bench_dir / 'hyp.greedy.txt').read_text(encoding='utf-8') == 'Im Anfang\nGott\n'
+  assert json.loads((bench_dir / 'results.json').read_text())['environment'] == {'sentences': 2}
+
+
+def test_bench_and_clusters_check_their_flags_against_the_model_before_decoding(trained_workdir, tmp_path):
+  """fastmt-bench --baseline greedy@int8 without --methods benched every default method and then left the
+  speed-up columns blank; fastmt-clusters --tag_inputs fitted its clusters to a tag the vocabulary spells in
+  pieces, and had no --plugins flag, which its own error message asked for."""
+  (tmp_path / 'in.txt').write_text('In the beginning\n')
+  commands = {('-m', 'fastmt.bench', '--baseline', 'greedy@int8'):
+                  '--baseline greedy@int8 is not one of the methods benched without --methods',
+              ('-m', 'fastmt.clusters_lib', '--direction', 'en_de', '--input', str(tmp_path / 'in.txt'),
+               '--tag_inputs'): '--tag_inputs: the vocabulary has no <2de> symbol',
+              ('-m', 'fastmt.clusters_lib', '--direction', 'en_de', '--plugins', 'no_such_plugin_module'):
+                  'no_such_plugin_module'}
+  for command, message in commands.items():
+    result = subprocess.run([sys.executable, *command, '--workdir', trained_workdir], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, result.stderr
+    assert 'Unknown command line flag' not in result.stderr, result.stderr
 
 
 def test_every_tool_refuses_an_output_directory_that_is_a_file_before_any_work(tmp_path):
