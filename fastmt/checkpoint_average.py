@@ -51,6 +51,9 @@ def last_steps(workdir: str, last: int, up_to='latest') -> list[int]:
   if not os.path.isdir(os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)):
     raise MissingError(f'No checkpoint under {os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)}')
   kept = sorted(workdir_lib.checkpoint_manager(workdir).all_steps())
+  if not kept:  # 'train with a larger max_checkpoints_to_keep' did not fit a run that saved none
+    raise MissingError(f'No checkpoint under {os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)}: the run saved '
+                       'none yet (or its steps were set aside as unreadable)')
   steps = kept
   if up_to != 'latest':
     if up_to not in kept:

@@ -285,6 +285,9 @@ def test_averaging_refuses_an_output_that_holds_files_or_lies_inside_the_run(tra
   with pytest.raises(MissingError, match='has no spm.model: the work directory is damaged'):
     checkpoint_average.check_output(str(damaged), str(tmp_path / 'averaged'))
   assert not (tmp_path / 'averaged').exists()
+  (tmp_path / 'unsaved' / workdir_lib.CHECKPOINT_DIR).mkdir(parents=True)  # a run killed before its first save
+  with pytest.raises(MissingError, match='No checkpoint under .*: the run saved none yet'):
+    checkpoint_average.last_steps(str(tmp_path / 'unsaved'), 2)
 
 
 def test_files_of_one_result_are_written_all_or_none(tmp_path, monkeypatch):
