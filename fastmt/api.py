@@ -134,6 +134,7 @@ class TranslationModel:
     # Settings the algorithm ignores (greedy's alpha) are left out of the key: they would compile the same
     # program again and keep it, once per value a caller sends.
     decode_settings = registry.without_ignored_settings(decode_settings)
+    clusters = self._clusters_directory(clusters)
     # The key holds the drafter (its identity stays unique; a work directory's name stands for the model
     # loaded from it) and the algorithm itself: one registered again under its name
     # (registry.register_algorithm(..., replace=True)) gets a translator of its own.
@@ -218,6 +219,17 @@ class TranslationModel:
     return width.AutoWidthTranslator(candidates, calibration).width_for(batch_size)
 
   @staticmethod
+  def _clusters_directory(clusters):
+    """clusters as one spelling of its directory: '~' expanded (as load() and draft_model do), a path object and
+    its str the same key, so they share one translator."""
+    if clusters is None:
+      return None
+    if not isinstance(clusters, (str, os.PathLike)):
+      raise FastmtError(f'clusters must be a clusters directory (a str or a path; fastmt-clusters writes one), '
+                        f'got {type(clusters).__name__}')
+    return os.path.expanduser(os.fspath(clusters))
+
+  @staticmethod
   def _check_draft_model_type(draft_model) -> None:
     if not isinstance(draft_model, (str, os.PathLike)):
       raise FastmtError(f'draft_model must be a TranslationModel or its work directory (a str or a path), got '
@@ -253,7 +265,8 @@ class TranslationModel:
     if not single:
       _check_lines(texts)
     translator = self.translator(algorithm, clusters, draft_model, **settings)
-    hypotheses, _ = translator.translate([texts] if single else list(texts), batch_size, stats)
+    hypotheses, _ = translator.translate([texts] if single else [_without_line_end(t) for t in texts], batch_size,
+                                         stats)
     return hypotheses[0] if single else hypotheses
 
   def translate_iter(self, lines: Iterable[str], algorithm: str | None = None, batch_size: int = 32, *,
@@ -269,8 +282,8 @@ class TranslationModel:
                         'by character): translate() takes one sentence')
     _check_lines(lines)
     translator = self.translator(algorithm, clusters, draft_model, **settings)
-    return translator.translate_iter((line.rstrip('\r\n') if isinstance(line, str) else line for line in lines),
-                                     batch_size, stats, stream=not isinstance(lines, collections.abc.Sequence))
+    return translator.translate_iter((_without_line_end(line) for line in lines), batch_size, stats,
+                                     stream=not isinstance(lines, collections.abc.Sequence))
 
   def __repr__(self):
     return (f'TranslationModel({self.workdir!r}, step={self.step}, objective={self.objective!r}, '
@@ -285,6 +298,13 @@ def _first_frame_outside_this_module() -> int:
   while frame is not None and frame.f_globals.get('__name__') == __name__:
     frame, level = frame.f_back, level + 1
   return level
+
+
+def _without_line_end(line):
+  """A line as translate and translate_iter both take it: a file object's line without its '\\n' or '\\r\\n'
+  (translate kept it, translate_iter did not: with an 'identity'-normalised vocabulary it was an <unk>, and the
+  same file translated two ways). Anything else as it is, for Translator to check."""
+  return line.rstrip('\r\n') if isinstance(line, str) else line
 
 
 def _check_lines(texts) -> None:

@@ -220,7 +220,7 @@ def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
           logger.warning('%s:%d: invalid UTF-8 (%s at byte %d) replaced by U+FFFD%s', name, number, e.reason,
                          e.start, '; further lines are only counted' if counts.replaced_lines ==
                          REPLACED_LINES_LOGGED else '')
-      yield text.rstrip('\r')
+      yield corpus.check_line(text.rstrip('\r'), name, number)
   finally:
     if path != '-':
       stream.close()

@@ -48,10 +48,17 @@ def available_chunks(items: Iterable[T], max_items: int) -> Iterator[list[T]]:
     # thread's frame holds is never freed.
     stdin_wrappers = (sys.stdin, sys.__stdin__)  # noqa: F841  # pylint: disable=unused-variable
     try:
-      for item in items:
-        if stopped.is_set():  # the consumer has gone: take nothing more from the source
-          return
+      source = iter(items)
+      # The check comes before each pull, so also after a put that waited for the consumer: gone meanwhile, it
+      # gets nothing more taken from the source (a `for` loop would pull one item more and drop it).
+      while not stopped.is_set():
+        try:
+          item = next(source)
+        except StopIteration:
+          break
         arrived.put(item)
+      else:
+        return  # the consumer has gone: take nothing more from the source
     except BaseException as e:  # pylint: disable=broad-except  # re-raised by the consumer
       arrived.put(_Raised(e))
     else:

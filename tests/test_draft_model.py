@@ -2,6 +2,8 @@
 selfdraft training layout, a perfect drafter takes the fewest verification calls, and whatever it drafts
 (random weights, adversarial stubs) the output is the verifier's greedy output with never more calls."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,6 +110,21 @@ def test_useless_or_adversarial_drafts_still_give_greedy_and_never_more_calls(dr
   np.testing.assert_array_equal(out.tokens, expected.tokens)
   assert int(out.decoder_calls[0]) <= int(expected.decoder_calls[0])
   assert (np.asarray(trace.inputs) < VOCAB).all()  # no id the verifier lacks ever reaches its call
+
+
+def test_no_jacobi_initializer_guess_reaches_a_call_with_a_drafter_model():
+  """A selfdraft drafter drafts every window, the first from BOS alone: whatever jacobi_init guesses is never
+  fed (registry._drafts_every_guess, which is why --jacobi_init warns and loads no table with --drafter model)."""
+  sequence = SEQ + [A] * 12
+  step_fn = _oracle_verifier(sequence)
+  runs = [jacobi.pgj_decode(step_fn, stub_cache(1, 19), 1, 16, 3, draft_model=_stub_drafter([JUNK] * 20),
+                            initializer=initializer, return_trace=True)
+          for initializer in (functools.partial(jacobi.pad_initializer, pad_id=PAD_ID),
+                              functools.partial(jacobi.pad_initializer, pad_id=A))]
+  (first, first_trace), (second, second_trace) = runs
+  np.testing.assert_array_equal(first.tokens, second.tokens)
+  np.testing.assert_array_equal(first.decoder_calls, second.decoder_calls)
+  np.testing.assert_array_equal(first_trace.inputs, second_trace.inputs)  # call for call, the same inputs
 
 
 @pytest.mark.parametrize('drafts', ['junk', 'eos', 'pad', 'off_by_one', 'out_of_vocabulary'])

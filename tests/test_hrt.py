@@ -323,10 +323,11 @@ def test_stage_two_sizes_bound_the_padding():
   assert len(two_pass.stage_two_sizes(512)) == 20
 
 
-@pytest.mark.parametrize('m, k, lengths, relative', [
-    (20, 2, [3, 1], 0), (20, 2, [9, 20], 0), (20, 2, [12, 5], 0), (20, 2, [17, 5], 0), (40, 2, [17, 3], 0),
-    (40, 3, [24, 0, 8], 0), (40, 3, [0, 0], 0), (7, 3, [7, 2], 0), (40, 2, [17, 3], 3)])
-def test_stage_two_on_the_used_length_equals_the_full_pass(m, k, lengths, relative):
+@pytest.mark.parametrize('m, k, lengths, relative, pad_inside', [
+    (20, 2, [3, 1], 0, False), (20, 2, [9, 20], 0, False), (20, 2, [12, 5], 0, False), (20, 2, [17, 5], 0, False),
+    (40, 2, [17, 3], 0, False), (40, 3, [24, 0, 8], 0, False), (40, 3, [0, 0], 0, False), (7, 3, [7, 2], 0, False),
+    (40, 2, [17, 3], 3, False), (20, 2, [9, 3], 0, True)])
+def test_stage_two_on_the_used_length_equals_the_full_pass(m, k, lengths, relative, pad_inside):
   """fill_masks_bucketed runs stage II over the longest row's bucket only (for m = 40: 17 tokens in the branch
   of 24, 24 in its own): the same tokens and scores as the pass over every stage-I slot (masked slots never
   see PAD slots), on a random model; a row of 0 tokens is a padding row (beam search's)."""
@@ -344,6 +345,8 @@ def test_stage_two_on_the_used_length_equals_the_full_pass(m, k, lengths, relati
     if n:
       skip[row, :n - 1] = rng.integers(4, 30, n - 1)
       skip[row, n - 1] = EOS_ID
+  if pad_inside:  # stage I predicted PAD before EOS: the bucket was chosen by the count of non-PAD tokens (8 of 9),
+    skip[0, 1] = PAD_ID  # cutting off the row's EOS
   source = jnp.asarray(rng.integers(4, 30, (len(lengths), 6)))
   step_fn = model_step(model, params, source)
   cache = models.init_cache(model.config, len(lengths), m * k)

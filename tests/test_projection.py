@@ -116,7 +116,7 @@ def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path):
     clusters_lib.load_clusters(str(tmp_path / 'c'), model_config, tokenizer, other_weights)
 
 
-def test_clusters_load_for_a_model_cast_to_bfloat16_or_int8_through_the_api(trained_workdir, tmp_path):
+def test_clusters_load_for_a_model_cast_to_bfloat16_or_int8_through_the_api(trained_workdir, tmp_path, monkeypatch):
   """fastmt.load(..., dtype='bfloat16' or 'int8') fingerprinted the cast weights, which no clusters (built on
   the float32 ones) match: translate(clusters=...) always failed, telling the user to rebuild them, while
   decode.py --dtype bfloat16 --projection clustered worked. New weights assigned still need their own."""
@@ -141,6 +141,13 @@ def test_clusters_load_for_a_model_cast_to_bfloat16_or_int8_through_the_api(trai
     # Ids, not text: the tiny model's pieces may detokenise to nothing, which would make any two outputs equal.
     assert any(len(row) for row in dense), dtype
     assert [row.tolist() for row in clustered] == [row.tolist() for row in dense], dtype  # every token active
+  # '~' is the home directory, as in load() and draft_model (it was a directory named '~'), and a path object and
+  # its str are one translator, not two compiled.
+  monkeypatch.setenv('HOME', str(tmp_path))
+  same = model.translator(clusters=str(tmp_path / 'c'))
+  assert model.translator(clusters='~/c') is same and model.translator(clusters=tmp_path / 'c') is same
+  with pytest.raises(ValueError, match='clusters must be a clusters directory'):
+    model.translator(clusters=123)
   model.params = jax.tree_util.tree_map(lambda x: x, model.params)  # weights of their own, from now on
   with pytest.raises(ValueError, match='rebuild them'):
     model.translate(sources, clusters=str(tmp_path / 'c'))

@@ -462,6 +462,11 @@ def test_the_draft_table_decodes_where_the_work_directory_cannot_be_written(trai
   for ids in (table + len(table), table - len(table)):  # a table of another vocabulary: an error, not NaN drafts
     with pytest.raises(FastmtError, match="ids outside the model's vocabulary"):
       Translator(*parts, DecodeSettings('spec', drafter='bigram', block_size=3), draft_table=ids)
+  # Without a table the error names the setting that wants it (it named --drafter bigram for every spec drafter)
+  with pytest.raises(FastmtError, match='^--drafter bigram needs a draft table'):
+    Translator(*parts, DecodeSettings('spec', drafter='bigram', block_size=3))
+  with pytest.raises(FastmtError, match='^jacobi_init=bigram needs a draft table'):
+    Translator(*parts, DecodeSettings('spec', drafter='ngram', jacobi_init='bigram', block_size=3))
 
 
 def test_the_ngram_drafter_decodes_a_model_copied_without_its_corpus(trained_workdir, tmp_path, caplog):
@@ -1189,6 +1194,10 @@ def test_a_line_the_vocabulary_cannot_spell_is_an_empty_input_counted_and_named(
   assert stats.unreadable_inputs == 3 and stats.empty_inputs == 3 and stats.sentences == 5
   assert '3 input lines in characters the vocabulary lacks only (lines 2, 3, 4)' in caplog.text
   assert translator.decodable(['God', *unreadable, '😀 God']) == [0, 4]
+  # An emoji newer than Python's Unicode tables (U+1FA77, Unicode 15) and private-use characters: str.isprintable()
+  # says no to both, and such a line was a silent empty input, not counted or named as unreadable.
+  _, stats = translator.translate_ids(['\U0001fa77', '\ue000\ue001'], batch_size=2)
+  assert stats.unreadable_inputs == 2 and stats.empty_inputs == 2
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_input_or_reference_line(tmp_path):

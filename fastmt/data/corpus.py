@@ -116,6 +116,21 @@ def not_text_hint(head: bytes) -> str | None:
   return None
 
 
+def check_line(text: str, name: str, number: int) -> str:
+  """text (line `number` of `name`, its line break removed) when it reads as one line of text; a FastmtError
+  for the two ways a whole file reads as garbage while its bytes are valid UTF-8: NUL characters (UTF-16 without
+  a byte order mark: every other byte is 0) and carriage returns inside the line (old Mac line endings, CR
+  alone: the whole file is one line, cut to the model's length, and every sentence after the first lost)."""
+  if '\x00' in text:
+    raise FastmtError(f'{name}:{number}: holds NUL characters: the file is likely UTF-16 without a byte order '
+                      'mark (convert it: iconv -f utf-16le -t utf-8) or not text at all')
+  if '\r' in text:
+    raise FastmtError(f'{name}:{number}: holds a carriage return (\\r) inside the line: only \\n (or \\r\\n) '
+                      "ends a line, and a file with CR-only line endings reads as a single line; convert it "
+                      "(tr '\\r' '\\n' < FILE > FILE.txt) or remove the stray \\r")
+  return text
+
+
 def decode_lines(data: bytes, name: str, errors: str = 'strict') -> list[str]:
   """Splits UTF-8 bytes into lines as read_lines does; `name` labels errors ('stdin', a path).
 
@@ -130,10 +145,11 @@ def decode_lines(data: bytes, name: str, errors: str = 'strict') -> list[str]:
   lines = []
   for number, raw in enumerate(raw_lines, start=1):
     try:
-      lines.append(raw.decode('utf-8', errors=errors).rstrip('\r'))
+      text = raw.decode('utf-8', errors=errors)
     except UnicodeDecodeError as e:
       fix = not_text_hint(data) or 'fix the file (e.g. iconv -f utf-8 -t utf-8 -c drops invalid bytes)'
       raise FastmtError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); {fix}') from None
+    lines.append(check_line(text.rstrip('\r'), name, number))
   return lines
 
 

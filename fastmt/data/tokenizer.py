@@ -15,6 +15,7 @@ import io
 import logging
 import os
 import random
+import unicodedata
 
 import numpy as np
 import sentencepiece as spm
@@ -242,5 +243,13 @@ def has_visible_text(line: str) -> bool:
   """Whether a line holds anything to translate: a character that is neither space nor invisible (Unicode's
   format and control characters: zero-width joiners, word joiners, soft hyphens, direction marks, the byte-order
   mark, NUL ...). SentencePiece drops some of those and encodes others as <unk>; a model given only <unk> would
-  invent a sentence, so a line without a visible character is an empty input either way."""
-  return any(ch.isprintable() and not ch.isspace() for ch in line)
+  invent a sentence, so a line without a visible character is an empty input either way.
+
+  Characters Python's Unicode tables do not know yet (an emoji newer than them) and private-use ones are
+  visible: str.isprintable() says no to both, which once made such a line a silent empty input instead of an
+  unreadable one (counted, and named in a warning, as the tokenizer gives it <unk>)."""
+  return any(unicodedata.category(ch) not in _INVISIBLE_CATEGORIES and not ch.isspace() for ch in line)
+
+
+# Control, format and surrogate characters (Cc, Cf, Cs); spaces and separators are ch.isspace().
+_INVISIBLE_CATEGORIES = frozenset(('Cc', 'Cf', 'Cs'))

@@ -106,7 +106,10 @@ def fill_masks_bucketed(step_fn: DecoderStepFn, cache, skip_tokens: jax.Array, k
   of a batch's source bucket is often twice its longest output. The same result as fill_masks on all [R, m]."""
   rows, m = skip_tokens.shape
   sizes = stage_two_sizes(m)
-  used = jnp.max(jnp.sum(skip_tokens != PAD_ID, axis=1))
+  # The end of the last non-PAD token, not the count of them: a PAD predicted before a row's EOS (which a trained
+  # model hardly ever does, as PAD is never a target) would otherwise choose a bucket that cuts off its tail.
+  positions = jnp.arange(1, m + 1)[None, :]
+  used = jnp.max(jnp.where(skip_tokens != PAD_ID, positions, 0))
 
   def branch(size):
     def run(tokens):

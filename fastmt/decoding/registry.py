@@ -145,9 +145,11 @@ def needs_draft_table(settings) -> bool:
 
 
 def _drafts_every_guess(settings) -> bool:
-  """spec with --drafter int8: the int8 copy drafts each window at the start of its iteration, the first one
-  included (jacobi.pgj_decode's drafts_first), so no Jacobi guess (jacobi_init's) is ever fed."""
-  return settings.algorithm == 'spec' and settings.drafter == 'int8'
+  """spec with a drafter model (--drafter int8: the int8 copy; --drafter model: a selfdraft model): it drafts
+  every window, the first one included (the int8 copy at the start of each iteration, jacobi.pgj_decode's
+  drafts_first; a selfdraft drafter from BOS alone before the loop, then after each commit), so no Jacobi guess
+  (jacobi_init's) is ever fed."""
+  return settings.algorithm == 'spec' and settings.drafter in ('int8', 'model')
 
 
 def uses_draft_table(settings) -> bool:
@@ -344,8 +346,9 @@ def ignored_settings(settings, names, flag_prefix: str = '') -> list[str]:
     messages.append(f'{p}alpha has no effect with {p}algorithm {algorithm} at {p}beam_size 1, a greedy search (the '
                     f'length penalty ranks the hypotheses of {p}beam_size 2 or more)')
   if 'jacobi_init' in names and _drafts_every_guess(settings):
-    messages.append(f'{p}jacobi_init has no effect with {p}drafter int8 (the int8 copy drafts every window, the '
-                    'first included)')
+    drafter = 'the int8 copy' if settings.drafter == 'int8' else 'the drafter model'
+    messages.append(f'{p}jacobi_init has no effect with {p}drafter {settings.drafter} ({drafter} drafts every '
+                    'window, the first included)')
   return messages
 
 
