@@ -276,7 +276,8 @@ class TranslationModel:
     in input order, a chunk at a time: memory stays bounded however long the input is. A list or tuple is
     read in chunks of 4,096 lines; any other iterable (a generator, a file, sys.stdin, a queue's iterator)
     as its lines arrive: each chunk is the lines already there, so a line is translated without waiting for
-    the next ones (fastmt.streaming)."""
+    the next ones (fastmt.streaming). Such an iterable is read on a thread of fastmt's: a source bound to the
+    thread that made it (a sqlite3 cursor) is given as lists of lines instead."""
     if isinstance(lines, str):
       raise FastmtError('translate_iter takes an iterable of lines, not one string (which it would read character '
                         'by character): translate() takes one sentence')
@@ -328,6 +329,10 @@ def load(workdir: str, checkpoint='latest', dtype: str = 'float32',
   only): products of at most 8 rows run through fastmt's own CPU kernel (Translator's float32_kernel). Errors (a
   missing directory or step, no best checkpoint kept, a checkpoint of another architecture) are FastmtErrors.
   """
+  if not isinstance(workdir, (str, os.PathLike)) or isinstance(os.fspath(workdir), bytes):
+    raise FastmtError(f'load takes a work directory (a str or a path), got {type(workdir).__name__}')
+  if not isinstance(float32_kernel, bool):  # float32_kernel='no' was truthy: the kernel on
+    raise FastmtError(f'float32_kernel must be True or False, got {float32_kernel!r}')
   workdir = os.path.expanduser(os.fspath(workdir))  # '~/runs/x' as a shell would read it; a pathlib.Path
   if not os.path.isdir(workdir):
     raise MissingError(f'No work directory {workdir!r}')

@@ -213,10 +213,8 @@ def main(argv):
     logging.warning('--tag_inputs has no effect without --input (the dataset\'s own sources are read as the model '
                     'trained on them)')
   if FLAGS.tag_inputs and FLAGS.input:  # as decode.py: a tag the vocabulary lacks is spelt in pieces, not obeyed
-    tag = corpus.language_tag(FLAGS.direction)
-    if not workdir_lib.load_tokenizer(FLAGS.workdir).has_piece(tag):
-      raise FastmtError(f'--tag_inputs: the vocabulary has no {tag} symbol, so this model was not trained to '
-                        f'translate {FLAGS.direction} (a multilingual model keeps one tag per direction)')
+    corpus.check_tag(corpus.language_tag(FLAGS.direction), FLAGS.direction,
+                     workdir_lib.load_tokenizer(FLAGS.workdir), '--tag_inputs')
   if FLAGS.input:
     sources = corpus.read_lines(FLAGS.input)
     if FLAGS.tag_inputs:

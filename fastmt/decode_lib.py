@@ -569,10 +569,7 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
   input_counts = InputCounts()
   lines = iter_lines(input_path, input_errors, input_counts)
   if tag_direction:
-    tag = corpus.language_tag(tag_direction)
-    if not translator.tokenizer.has_piece(tag):
-      raise FastmtError(f'--tag_inputs: the vocabulary has no {tag} symbol, so this model was not trained to '
-                        f'translate {tag_direction} (a multilingual model keeps one tag per direction)')
+    corpus.check_tag(corpus.language_tag(tag_direction), tag_direction, translator.tokenizer, '--tag_inputs')
   tags_added = 0  # one word each: words_per_s counts the text given, not the tags
 
   def tagged(source_lines):

@@ -198,6 +198,11 @@ def test_load_picks_the_checkpoint_and_reports_bad_input(trained_workdir, tmp_pa
     fastmt.load(trained_workdir, checkpoint=7)
   with pytest.raises(FastmtError, match="'latest', 'best' or a step"):
     fastmt.load(trained_workdir, checkpoint='newest')
+  for workdir in (None, trained_workdir.encode()):  # raw TypeErrors from os.fspath / os.path.join
+    with pytest.raises(FastmtError, match='load takes a work directory'):
+      fastmt.load(workdir)
+  with pytest.raises(FastmtError, match="float32_kernel must be True or False, got 'no'"):
+    fastmt.load(trained_workdir, float32_kernel='no')  # truthy: it turned the kernel on
   with pytest.raises(FileNotFoundError, match='No work directory'):  # fastmt.MissingError, a FastmtError too
     fastmt.load(str(tmp_path / 'missing'))
   model = fastmt.load(trained_workdir)

@@ -78,6 +78,10 @@ def test_a_multilingual_dataset_tags_sources_and_keeps_each_pair_in_order(synthe
   tokenizer = train_tokenizer(train.sources * 20 + train.targets * 20, str(tmp_path / 'spm.model'), 20,
                               user_symbols=('<2de>', '<2fr>'))
   assert '<2fr>' in tokenizer.pieces(tokenizer.encode(['<2fr> book'])[0])  # one piece, never split
+  # With the model's tokenizer a direction it has no tag for is refused (it was spelled and translated as text)
+  assert corpus.tag_sources(['a'], 'en_fr', tokenizer) == ['<2fr> a']
+  with pytest.raises(FastmtError, match='tag_sources: the vocabulary has no <2ru> symbol'):
+    corpus.tag_sources(['a'], 'en_ru', tokenizer)
 
 
 def test_a_tfds_slice_past_the_split_or_malformed_is_one_line(synthetic_db, tmp_path, monkeypatch):

@@ -373,8 +373,12 @@ def test_decode_cli_says_which_flags_do_nothing_and_refuses_clusters_that_are_no
   run = lambda *flags: subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir,
                                        '--progress=false', *flags], input='God\n', capture_output=True, text=True,
                                       cwd=REPO)
-  result = run('--beam_size', '4', '--drafter', 'ngram', '--clusters', str(tmp_path))
+  # A beam larger than the vocabulary, warned of as doing nothing with greedy, then refused: it is left out
+  result = run('--beam_size', '100000', '--drafter', 'ngram', '--clusters', str(tmp_path),
+               '--metrics_json', str(tmp_path / 'metrics.json'))
   assert result.returncode == 0 and result.stdout.count('\n') == 1, result.stderr
+  recorded = json.loads((tmp_path / 'metrics.json').read_text())['settings']
+  assert recorded['beam_size'] == DecodeSettings('greedy').beam_size  # what decoded
   assert '--beam_size has no effect with --algorithm greedy (it acts on --algorithm beam, ib, hrt)' in result.stderr
   assert '--drafter has no effect with --algorithm greedy' in result.stderr
   assert '--clusters has no effect without --projection clustered' in result.stderr

@@ -211,6 +211,9 @@ def main(argv):
                             drafter=FLAGS.drafter, ngram_memory=FLAGS.ngram_memory, ngram_pool=FLAGS.ngram_pool,
                             max_repeats=FLAGS.max_repeats)
   _warn_of_unused_flags(settings)
+  # What a warning said does nothing is left out of what decodes: greedy with --beam_size 400 was warned of, then
+  # refused for that beam (larger than the vocabulary); --metrics_json records the settings that decoded.
+  settings = registry.without_ignored_settings(settings)
   _check_drafter_workdir(algorithm)
   if FLAGS.float32_kernel and FLAGS.dtype != 'float32':
     raise FastmtError(f'--float32_kernel runs float32 products; --dtype is {FLAGS.dtype}')

@@ -74,13 +74,23 @@ def language_tags(dataset_config) -> list[str]:
   return [language_tag(d) for d in bible_directions(dataset_config)]
 
 
-def tag_sources(sources: list[str], direction: str) -> list[str]:
+def tag_sources(sources: list[str], direction: str, tokenizer=None) -> list[str]:
   """Prefixes the sources that have something to translate (has_visible_text) with the direction's tag; a
   blank line, or one of only invisible characters, stays as it is (a tag alone would be translated into an
   invented sentence). How to translate with a multilingual model from Python:
-  model.translate(corpus.tag_sources(lines, 'en_de'))."""
+  model.translate(corpus.tag_sources(lines, 'en_de', model.tokenizer)). With the model's tokenizer, a direction
+  whose tag its vocabulary lacks (a typo, a direction it was not trained on) is an error, as decode.py
+  --tag_inputs' is: spelled as ordinary pieces, the tag was translated as text, without a word."""
   tag = language_tag(direction)
+  check_tag(tag, direction, tokenizer)
   return [f'{tag} {s}' if has_visible_text(s) else s for s in sources]
+
+
+def check_tag(tag: str, direction: str, tokenizer, flag: str = 'tag_sources') -> None:
+  """A FastmtError when `tokenizer` (None: not checked) has no single piece for a direction's tag."""
+  if tokenizer is not None and not tokenizer.has_piece(tag):
+    raise FastmtError(f'{flag}: the vocabulary has no {tag} symbol, so this model was not trained to translate '
+                      f'{direction} (a multilingual model keeps one tag per direction)')
 
 
 def read_lines(path: str, errors: str = 'strict') -> list[str]:
