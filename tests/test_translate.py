@@ -184,6 +184,10 @@ def test_a_source_at_the_maximum_length_still_matches_greedy(model_parts):
 def test_bad_decode_settings_are_clear_errors():
   with pytest.raises(ValueError, match='block_size'):
     DecodeSettings('pgj', block_size=0)
+  with pytest.raises(ValueError, match='parallel_length must be >= 0'):
+    DecodeSettings('hgj', parallel_length=-1)
+  # pj reads neither: values it ignores (decode.py warns of them, then leaves them out) do not stop the run
+  assert DecodeSettings('pj', block_size=0, parallel_length=-1).algorithm == 'pj'
   with pytest.raises(ValueError, match='Unknown decoding algorithm'):
     DecodeSettings('sampling')
   # wrong types are the same one-line errors, not TypeErrors from deep inside JAX

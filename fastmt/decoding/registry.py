@@ -92,9 +92,11 @@ JACOBI_ALGORITHMS = ('pj', 'pgj', 'hgj', 'spec')
 def _check_jacobi(settings):
   if settings.jacobi_init not in JACOBI_INITS:
     raise FastmtError(f'jacobi_init must be one of {JACOBI_INITS}, got {settings.jacobi_init!r}')
-  if settings.block_size < 1:
+  # Only for the algorithms that read them (SETTING_ALGORITHMS): pj ignores both, and a value it ignores (warned
+  # of, then left out) was an error that stopped the run.
+  if settings.block_size < 1 and settings.algorithm in SETTING_ALGORITHMS['block_size']:
     raise FastmtError(f'block_size must be >= 1, got {settings.block_size}')
-  if settings.parallel_length < 0:
+  if settings.parallel_length < 0 and settings.algorithm in SETTING_ALGORITHMS['parallel_length']:
     raise FastmtError(f'parallel_length must be >= 0 (0 = the output cap), got {settings.parallel_length}')
 
 
