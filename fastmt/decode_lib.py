@@ -199,6 +199,9 @@ def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
   stream = sys.stdin.buffer if path == '-' else open(path, 'rb')  # pylint: disable=consider-using-with
   name = 'stdin' if path == '-' else path
   head = b''  # the first line's first bytes: a gzip or UTF-16 file is named as one
+  # A first line holding '\r' is held back until a second line comes: if none does, the input is one line of
+  # CR-ended lines (corpus.check_not_cr_only), an error before anything of it is translated.
+  held = None
   try:
     for number, raw in enumerate(stream, start=1):
       if number == 1 and raw == corpus.UTF8_BOM:  # the whole input is a BOM (an editor's empty UTF-8 file): no line
@@ -220,7 +223,16 @@ def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
           logger.warning('%s:%d: invalid UTF-8 (%s at byte %d) replaced by U+FFFD%s', name, number, e.reason,
                          e.start, '; further lines are only counted' if counts.replaced_lines ==
                          REPLACED_LINES_LOGGED else '')
-      yield corpus.check_line(text.rstrip('\r'), name, number)
+      line = corpus.check_line(text.rstrip('\r'), name, number)
+      if number == 1 and '\r' in line:
+        held = line
+        continue
+      if held is not None:
+        yield held
+        held = None
+      yield line
+    if held is not None:
+      corpus.check_not_cr_only(held, name)
   finally:
     if path != '-':
       stream.close()
@@ -569,7 +581,8 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
   input_counts = InputCounts()
   lines = iter_lines(input_path, input_errors, input_counts)
   if tag_direction:
-    corpus.check_tag(corpus.language_tag(tag_direction), tag_direction, translator.tokenizer, '--tag_inputs')
+    tag = corpus.language_tag(tag_direction)
+    corpus.check_tag(tag, tag_direction, translator.tokenizer, '--tag_inputs')
   tags_added = 0  # one word each: words_per_s counts the text given, not the tags
 
   def tagged(source_lines):

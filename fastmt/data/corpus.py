@@ -127,18 +127,24 @@ def not_text_hint(head: bytes) -> str | None:
 
 
 def check_line(text: str, name: str, number: int) -> str:
-  """text (line `number` of `name`, its line break removed) when it reads as one line of text; a FastmtError
-  for the two ways a whole file reads as garbage while its bytes are valid UTF-8: NUL characters (UTF-16 without
-  a byte order mark: every other byte is 0) and carriage returns inside the line (old Mac line endings, CR
-  alone: the whole file is one line, cut to the model's length, and every sentence after the first lost)."""
+  """text (line `number` of `name`, its line break removed) when it can be text; a FastmtError for NUL
+  characters, which valid UTF-8 allows but text never holds: a UTF-16 file without a byte order mark (every
+  other byte 0) read as NUL-interleaved garbage."""
   if '\x00' in text:
     raise FastmtError(f'{name}:{number}: holds NUL characters: the file is likely UTF-16 without a byte order '
                       'mark (convert it: iconv -f utf-16le -t utf-8) or not text at all')
-  if '\r' in text:
-    raise FastmtError(f'{name}:{number}: holds a carriage return (\\r) inside the line: only \\n (or \\r\\n) '
-                      "ends a line, and a file with CR-only line endings reads as a single line; convert it "
-                      "(tr '\\r' '\\n' < FILE > FILE.txt) or remove the stray \\r")
   return text
+
+
+def check_not_cr_only(line: str, name: str) -> None:
+  """A FastmtError when the one line of a whole input holds a carriage return: old Mac line endings (CR alone).
+  Only '\\n' ends a line, so such a file reads as one line, cut to the model's length, and every sentence after
+  the first few was lost with a warning that said "truncated". A stray '\\r' inside one line of many is text,
+  kept as before."""
+  if '\r' in line:
+    raise FastmtError(f"{name}: one line holding carriage returns (\\r): the file's lines end in CR only (old Mac "
+                      "line endings), and only \\n (or \\r\\n) ends a line; convert it: tr '\\r' '\\n' < FILE > "
+                      'FILE.txt')
 
 
 def decode_lines(data: bytes, name: str, errors: str = 'strict') -> list[str]:
@@ -160,6 +166,8 @@ def decode_lines(data: bytes, name: str, errors: str = 'strict') -> list[str]:
       fix = not_text_hint(data) or 'fix the file (e.g. iconv -f utf-8 -t utf-8 -c drops invalid bytes)'
       raise FastmtError(f'{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start}); {fix}') from None
     lines.append(check_line(text.rstrip('\r'), name, number))
+  if len(lines) == 1:
+    check_not_cr_only(lines[0], name)
   return lines
 
 
