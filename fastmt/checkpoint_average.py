@@ -97,7 +97,9 @@ def check_output(workdir: str, output: str) -> None:
   if os.path.abspath(output) == os.path.abspath(workdir):
     raise FastmtError('--output must differ from --workdir (the run keeps its own checkpoints)')
   inside = os.path.relpath(os.path.realpath(output), os.path.realpath(workdir))
-  if not inside.startswith(os.pardir):  # workdir/checkpoints/999 became the run's unreadable latest step
+  # workdir/checkpoints/999 became the run's unreadable latest step. Outside means '..' or '../...': a name that
+  # only starts with '..' (workdir/..avg) is inside.
+  if inside != os.pardir and not inside.startswith(os.pardir + os.sep):
     raise FastmtError(f'--output {output} is inside --workdir {workdir}; write the averaged model elsewhere')
   cli.check_output_directory(output, '--output')
   # The files the averaged directory copies: a missing one was a raw FileNotFoundError after minutes of reading

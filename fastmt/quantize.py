@@ -76,6 +76,9 @@ def quantize_params(params, scheme: str = 'int8'):
   """
   if scheme not in SCHEMES[1:]:
     raise FastmtError(f'quantization scheme must be one of {SCHEMES[1:]}, got {scheme!r}')
+  if is_quantized(params):  # it said "no Dense layers (is this a fastmt Transformer?)"
+    raise FastmtError('these parameters are already quantized (int8 leaves): decode them with the config saved '
+                      'beside them (quantize.load gives both), not quantize them again')
   found = 0
 
   def convert(node, path):

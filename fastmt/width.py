@@ -71,11 +71,13 @@ class AutoWidthTranslator:
     if 1 not in translators:
       raise FastmtError('spec:auto needs width 1 (greedy, the fallback) among its candidates')
     from fastmt.translate import has_visible_text  # pylint: disable=g-import-not-at-top
-    calibration = list(calibration or [])
-    if not any(isinstance(t, str) and has_visible_text(t) for t in calibration):  # blank: nothing would be timed
+    # Only lines with something to translate: a slice of blank ones was timed as if it were text (the width then
+    # came from noise) while the log counted them as calibration sentences.
+    calibration = [t for t in calibration or [] if isinstance(t, str) and has_visible_text(t)]
+    if not calibration:  # blank: nothing would be timed
       raise FastmtError('spec:auto needs calibration sentences (not blank) to time its candidate widths on')
     self.translators = dict(sorted(translators.items()))
-    self.calibration = list(calibration)
+    self.calibration = calibration
     self.repeats, self.margin, self.min_sentences, self.log = repeats, margin, min_sentences, log
     self.prune_margin = prune_margin  # None: every candidate timed every round
     self.clock = clock  # seconds; tests pass a fake one
@@ -103,7 +105,10 @@ class AutoWidthTranslator:
 
   def _timed_choice(self, batch_size: int):
     began = self.clock()
-    sentences = self.calibration[:max(self.min_sentences, 2 * batch_size)]
+    # Repeated in turn up to the sentences wanted: fewer than batch_size (one calibration sentence) timed a
+    # smaller batch than the one chosen for, at batch 1 where spec pays and not at 32, where it may not.
+    wanted = max(self.min_sentences, 2 * batch_size)
+    sentences = (self.calibration * -(-wanted // len(self.calibration)))[:wanted]
     for translator in self.translators.values():
       translator.translate(sentences, batch_size)  # compiles this batch size's shapes
     times = {width: [] for width in self.translators}

@@ -292,6 +292,11 @@ def test_bad_quantization_requests_are_clear_errors(int8_parts, tmp_path):
     precision.for_inference(config, params, 'int4')
   with pytest.raises(FastmtError, match='no Dense layers'):
     quantize.quantize_params({'embed': {'embedding': np.ones((4, 2), np.float32)}})
+  # quantized weights again, or with their float config: it said "is this a fastmt Transformer?"
+  with pytest.raises(FastmtError, match='already quantized .*quantize.load'):
+    quantize.quantize_params(params)
+  with pytest.raises(FastmtError, match='already quantized .*quantize.load'):
+    precision.for_inference(config.replace(quantization=''), params, 'int8')
   with pytest.raises(FastmtError, match='quantize first'):
     quantize.save(str(tmp_path / 'x'), config.replace(quantization=''), params)
   with pytest.raises(FastmtError, match='decode.py --dtype int8'):

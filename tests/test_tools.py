@@ -275,6 +275,8 @@ def test_averaging_refuses_an_output_that_holds_files_or_lies_inside_the_run(tra
     checkpoint_average.check_output(trained_workdir, str(held))
   with pytest.raises(FastmtError, match='is inside --workdir'):
     checkpoint_average.check_output(trained_workdir, os.path.join(trained_workdir, 'checkpoints', '999'))
+  with pytest.raises(FastmtError, match='is inside --workdir'):  # its relative path '..avg' passed as outside
+    checkpoint_average.check_output(trained_workdir, os.path.join(trained_workdir, '..avg'))
   (tmp_path / 'empty').mkdir()
   checkpoint_average.check_output(trained_workdir, str(tmp_path / 'empty'))  # new or empty: fine
   checkpoint_average.check_output(trained_workdir, str(tmp_path / 'new'))

@@ -139,6 +139,26 @@ def test_the_candidates_are_greedy_and_spec_at_every_width():
   assert bench.parse_method('spec:auto+ngram8', allow_auto=True)[1].block_size == 4
 
 
+def test_a_short_or_partly_blank_calibration_is_timed_at_the_batch_it_chooses_for():
+  """One calibration sentence at batch 32 was timed as a batch of 1 (where spec pays) and stored as batch 32's
+  choice; a list starting with blank lines was accepted, then timed on blanks only."""
+  clock = FakeClock()
+  translators = {w: FakeTranslator(f'W{w}', clock, {32: 1.0}) for w in (1, 2)}
+  chooser = width.AutoWidthTranslator(translators, ['One sentence.'], clock=clock, log=lambda m: None)
+  chooser.width_for(32)
+  assert set(translators[1].calls) == {(64, 32)}  # the sentence repeated: 2 B sentences, full batches
+  seen = []
+  translators = {w: FakeTranslator(f'W{w}', clock, {8: 1.0}) for w in (1, 2)}
+  translators[1].translate = lambda texts, batch_size: (seen.append(list(texts)), ([], _stats()))[1]
+  width.AutoWidthTranslator(translators, [''] * 30 + ['God'] * 30, clock=clock, log=lambda m: None).width_for(8)
+  assert seen and all(texts == ['God'] * 24 for texts in seen)  # none of the 30 blank lines timed
+
+
+def _stats():
+  from fastmt.translate import TranslationStats  # pylint: disable=g-import-not-at-top
+  return TranslationStats()
+
+
 def test_bad_candidates_are_clear_errors():
   clock = FakeClock()
   with pytest.raises(FastmtError, match='width 1'):
