@@ -15,9 +15,10 @@ the int8 model's greedy bit for bit, and drafts are verified by the float model,
 float greedy output (tests/test_int8_step.py).
 
 Used where `unsupported_reason` is empty: the kernel runs on this CPU (kernels.available('int8_step'); off with
-FASTMT_INT8_STEP_KERNEL=0) and the model is a plain int8 decoder (float32 activations, no relative position
-keys or direction embeddings, every decoder matrix packed for the int8 kernel) projected by its int8 output
-layout without the clustered projection. Elsewhere the calls run through XLA as before.
+FASTMT_INT8_STEP_KERNEL=0), so does the int8 matmul kernel whose packed weights it reads (FASTMT_INT8_KERNEL=0
+turns off both), and the model is a plain int8 decoder (float32 activations, no relative position keys or
+direction embeddings, every decoder matrix packed for the int8 kernel) projected by its int8 output layout
+without the clustered projection. Elsewhere the calls run through XLA as before.
 """
 
 import jax.numpy as jnp
@@ -37,6 +38,8 @@ LAYER_NORM_EPSILON = 1e-6  # flax.linen.LayerNorm's default, which fastmt.models
 def unsupported_reason(config: ModelConfig, params) -> str:
   """'' when the one-call decoder runs this int8 model (its parameters with the int8 kernel's packing), else why
   not."""
+  if not kernels.available('int8'):  # the one call reads the int8 matmul kernel's packing (with_kernel_layout)
+    return f"the weights are not packed: the int8 matmul kernel is off ({kernels.unavailable_reason('int8')})"
   if not kernels.available('int8_step'):
     return kernels.unavailable_reason('int8_step')
   if config.quantization != 'int8' or config.dtype != 'float32':

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fastmt import few_rows, files, kernels
-from fastmt.errors import FastmtError
+from fastmt.errors import FastmtError, MissingError
 
 # ModelConfig.quantization values: '' = float; 'int8' = every matrix; 'int8_layers' = attention and
 # feed-forward matrices, the tied embedding/output projection float32.
@@ -254,6 +254,14 @@ def save(directory: str, config, params) -> None:
 def load(directory: str):
   """(ModelConfig, params) written by save()."""
   from fastmt.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  directory = os.fspath(directory)
+  for name in (CONFIG_FILE, PARAMS_FILE):
+    if not os.path.isfile(os.path.join(directory, name)):
+      hint = ''
+      if os.path.isdir(os.path.join(directory, 'checkpoints')):  # workdir.CHECKPOINT_DIR (workdir imports us)
+        hint = (": it is a train.py work directory, whose float checkpoints fastmt.load(directory, dtype='int8') "
+                'quantizes')
+      raise MissingError(f'No {name} in {directory!r}: not a directory written by quantize.save{hint}')
   with open(os.path.join(directory, CONFIG_FILE)) as f:
     config = ModelConfig.from_json(f.read())
   with open(os.path.join(directory, PARAMS_FILE), 'rb') as f:

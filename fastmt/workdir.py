@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from fastmt import files, models
+from fastmt import files, models, quantize
 from fastmt.config import ModelConfig
 from fastmt.data.tokenizer import Tokenizer
 from fastmt.errors import FastmtError, MissingError
@@ -234,6 +234,9 @@ def restore_params(workdir: str, model_config: ModelConfig | None = None, checkp
     if best:
       raise MissingError(f'{workdir!r} kept no best checkpoint (train with --config.keep_best_checkpoint=True and '
                          'config.eval_bleu_sentences above 0); use --checkpoint latest or a step')
+    if os.path.isfile(os.path.join(workdir, quantize.PARAMS_FILE)):  # same model_config.json name as ours
+      raise MissingError(f'No checkpoint under {directory}: {workdir!r} holds a model written by quantize.save, '
+                         'which fastmt.quantize.load(directory) reads')
     raise MissingError(f'No checkpoint under {directory}')
   manager = checkpoint_manager(workdir, best=best)
   steps = sorted(manager.all_steps())

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, cpu_flags, random_model, tiny_model_config
 import fastmt
-from fastmt import kernels, models, precision, quantize, workdir as workdir_lib
+from fastmt import int8_step, kernels, models, precision, quantize, workdir as workdir_lib
 from fastmt.config import ModelConfig
 from fastmt.errors import FastmtError
 from fastmt.translate import DecodeSettings, Translator
@@ -252,6 +252,20 @@ def test_quantized_model_saved_and_reloaded_translates_identically(int8_parts, t
   assert after == before
 
 
+def test_quantize_load_and_fastmt_load_name_the_other_s_directories(int8_parts, trained_workdir, tmp_path):
+  """quantize.load of a work directory was a raw FileNotFoundError, and fastmt.load of a quantize.save
+  directory (the same model_config.json) said only 'No checkpoint'."""
+  config, params, _ = int8_parts
+  with pytest.raises(FastmtError, match="not a directory written by quantize.save: it is a train.py work "
+                                        "directory.*fastmt.load"):
+    quantize.load(trained_workdir)
+  with pytest.raises(FastmtError, match='No model_config.json in .*not a directory written by quantize.save$'):
+    quantize.load(tmp_path)
+  quantize.save(str(tmp_path / 'int8'), config, params)
+  with pytest.raises(FastmtError, match='written by quantize.save, which fastmt.quantize.load'):
+    workdir_lib.restore_params(str(tmp_path / 'int8'), config)
+
+
 def test_a_saved_int8_model_decodes_with_bfloat16_activations(int8_parts, tmp_path):
   config, params, tokenizer = int8_parts
   quantize.save(str(tmp_path / 'int8'), config, params)
@@ -429,3 +443,6 @@ def test_without_the_kernel_the_fallback_is_said_once(monkeypatch, caplog):
   assert sum('not used' in r.message for r in caplog.records) == 1
   config, params = precision.for_inference(tiny_model_config(), random_model(0)[1], 'int8')
   assert 'packed' not in params['decoder_0']['mlp']['Dense_0']
+  # The one-call decoder reads this kernel's packing, so it is off too, and says why (it blamed the input size).
+  assert int8_step.unsupported_reason(config, params) == (
+      'the weights are not packed: the int8 matmul kernel is off (turned off by FASTMT_INT8_KERNEL=0)')
