@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)  # named 'fastmt.<module>': users set its l
 class DistillResult:
   translated: int  # lines written by this call
   total: int  # lines in the distilled file now
-  empty_sources: int
+  empty_sources: int  # of the lines written by this call, those of an empty source (an empty line)
   seconds: float
   outputs_at_cap: int = 0  # lines in the distilled file now whose translation reached the cap without EOS
   outputs_with_unknown: int = 0  # lines written by this call holding the teacher's <unk> (text: ' ⁇ ')
@@ -225,7 +225,7 @@ def main(argv):
   result = distill(FLAGS.teacher, sources, FLAGS.output_dir, settings, FLAGS.batch_size, FLAGS.chunk_sentences,
                    FLAGS.student_workdir, log=print, checkpoint=FLAGS.checkpoint)
   print(f'{result.total}/{len(sources)} sentences distilled into {FLAGS.output_dir} '
-        f'({result.translated} now, {result.empty_sources} empty sources, {result.seconds:.0f} s; '
+        f'({result.translated} now, {result.empty_sources} of them of empty sources, {result.seconds:.0f} s; '
         f'{result.outputs_at_cap} reached the output cap without EOS: their students train on the references; '
         f'{result.outputs_with_unknown} of those written now hold the teacher\'s <unk>, which a student learns as '
         f'two question marks: see the teacher\'s config.vocab_character_coverage)')

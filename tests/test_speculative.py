@@ -2,6 +2,8 @@
 draft call, exact outputs (== greedy) on random models with any drafts, exact call counts on stubs, and the
 bad-input contract (a model not trained to draft, bad settings)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -369,6 +371,13 @@ def test_only_algorithms_with_jacobi_guesses_need_the_draft_table():
   assert registry.ignored_settings(model, ['jacobi_init'], '--') == [
       '--jacobi_init has no effect with --drafter model (the drafter model drafts every window, the first included)']
   assert registry.without_ignored_settings(model) == DecodeSettings('spec', drafter='model', block_size=3)
+  # --drafter bigram is the table's chain whatever jacobi_init says: an explicit pad was taken without a word.
+  bigram = DecodeSettings('spec', drafter='bigram', jacobi_init='pad', block_size=3)
+  assert registry.needs_draft_table(bigram)
+  assert registry.ignored_settings(bigram, ['jacobi_init'], '--') == [
+      '--jacobi_init pad has no effect with --drafter bigram (the bigram table guesses every new position; '
+      '--drafter pad guesses PAD)']
+  assert registry.ignored_settings(dataclasses.replace(bigram, jacobi_init='bigram'), ['jacobi_init'], '--') == []
 
 
 def test_bad_spec_settings_are_clear_errors():

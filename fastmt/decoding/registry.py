@@ -351,6 +351,10 @@ def ignored_settings(settings, names, flag_prefix: str = '') -> list[str]:
     drafter = 'the int8 copy' if settings.drafter == 'int8' else 'the drafter model'
     messages.append(f'{p}jacobi_init has no effect with {p}drafter {settings.drafter} ({drafter} drafts every '
                     'window, the first included)')
+  if ('jacobi_init' in names and settings.algorithm == 'spec' and settings.drafter == 'bigram'
+      and settings.jacobi_init == 'pad'):  # _spec: the bigram drafter is the table's chain, whatever jacobi_init
+    messages.append(f'{p}jacobi_init pad has no effect with {p}drafter bigram (the bigram table guesses every new '
+                    f'position; {p}drafter pad guesses PAD)')
   return messages
 
 
