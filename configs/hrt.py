@@ -42,7 +42,7 @@ def get_config(arg: str = 'k2'):
       chunk_size=int(name[1:]),
       curriculum='nocl' not in extras,  # p_k = (t / T)^lambda from {AT, CMLM} to {Skip-AT, Skip-CMLM}
       curriculum_power=1.0,  # lambda (the paper's: linear)
-      curriculum_steps=0,  # T; 0 = num_train_steps
+      curriculum_steps=0,  # T; 0 = num_train_steps at the first start (recorded: a continued run keeps it)
       seed=0))
   config.dataset.p_raw = 0.5  # HRT's mixed distillation (with dataset.distilled_dir)
   return config

@@ -152,7 +152,8 @@ def check_or_save_model_config(workdir: str, model_config: ModelConfig):
 
 def validation_bleu(params, model_config, tokenizer, validation, num_sentences: int, objective: str = 'at',
                     objective_options=None, stats=None, tokenize: str = '13a'):
-  """Greedy BLEU on the first validation sentences, with the objective's own decoder (greedy or ib).
+  """Greedy BLEU on the first validation sentences (ParallelText.head: of every direction of a multilingual
+  dataset), with the objective's own decoder (greedy or ib).
 
   stats (a fastmt.TranslationStats) receives the counts, e.g. the outputs that reached the cap without EOS;
   the Translator's warning about those is not logged here. tokenize: sacreBLEU's tokenizer
@@ -165,7 +166,9 @@ def validation_bleu(params, model_config, tokenizer, validation, num_sentences: 
       lambda x: x.addressable_data(0) if isinstance(x, jax.Array) and not x.is_fully_addressable else x, params)
   translator = Translator(model_config, params, tokenizer, DecodeSettings(registry.default_algorithm(objective)),
                           objective=objective, objective_options=objective_options)
-  sources, references = validation.sources[:num_sentences], validation.targets[:num_sentences]
+  # A multilingual split's lines in turn from each direction: its first lines alone were all of one.
+  sample = validation.head(num_sentences)
+  sources, references = sample.sources, sample.targets
   # The per-call warnings came at every evaluation without naming the split (an undertrained model repeats
   # itself); the history's valid_outputs_at_cap counts the outputs at the cap instead.
   with translate.quiet_repeated_warnings():
@@ -250,6 +253,34 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     return _train_in(config, workdir, objective_name, objective_options)
 
 
+def _with_curriculum_length(workdir: str, objective_name: str, options: dict, num_train_steps: int) -> dict:
+  """An hrt run's options with its curriculum's T (curriculum_steps 0: the run's num_train_steps) made explicit
+  at its first start, so that objective.json records it and a resume keeps it. Filled in again at every start,
+  a run trained to 2400 steps and continued to 4000 fell back from p_k = 1 to 0.6: 40% of its rows went back
+  to the chunk-size-1 tasks. A run recorded before T was kept (0 in its record) goes on as it did, stretched
+  to the new count (warned of)."""
+  if objective_name != 'hrt' or options.get('curriculum_steps') or not options.get('curriculum', True):
+    return options
+  if not workdir_lib.has_checkpoints(workdir) or workdir_lib.load_objective(workdir) != 'hrt':
+    return {**options, 'curriculum_steps': int(num_train_steps)}
+  recorded = workdir_lib.load_objective_options(workdir)
+  kept = recorded.get('curriculum_steps') or 0
+  if kept:
+    if kept != num_train_steps:
+      logger.info('%s keeps its HRT curriculum of %d steps (p_k = 1 from step %d on), recorded at its start; '
+                  'config.hrt.curriculum_steps in a new --workdir sets another', workdir, kept, kept)
+    return {**options, 'curriculum_steps': kept}
+  try:
+    trained_to = workdir_lib.load_train_config(workdir).get('num_train_steps')
+  except FastmtError:
+    trained_to = None
+  if trained_to is not None and trained_to != num_train_steps:
+    logger.warning('%s records its HRT curriculum as num_train_steps (from before fastmt kept the count): it '
+                   'stretches from %s to %d steps, so p_k falls back from the resumed step on', workdir,
+                   trained_to, num_train_steps)
+  return options
+
+
 def _refuse_a_run_past(workdir: str, num_train_steps: int) -> int:
   """The work directory's newest checkpoint step, or an error where it is past num_train_steps (such a run
   printed 'Resumed from step N', trained nothing and recorded the lower count)."""
@@ -268,12 +299,13 @@ def _train_in(config, workdir: str, objective_name: str, objective_options) -> T
   data = pipeline.load_training_data(config, workdir, batch_multiple=jax.device_count())
   model_config = ModelConfig.from_config(config.model, data.tokenizer.vocab_size)
   check_or_save_model_config(workdir, model_config)
+  objective_options = _with_curriculum_length(workdir, objective_name, objective_options, config.num_train_steps)
   objective_fn = objectives.build(objective_name, objective_options, data.tokenizer, config.num_train_steps)
   _check_objective_fits_model(objective_name, objective_options, model_config)
   workdir_lib.save_objective(workdir, objective_name, objective_options)
   _warn_of_a_changed_corpus(workdir, config)
   if config.get('eval_bleu_sentences'):  # the validation BLEU of every evaluation would be about 0 for nothing
-    decode_lib.warn_of_13a_on_cjk(data.validation.targets[:config.eval_bleu_sentences],
+    decode_lib.warn_of_13a_on_cjk(data.validation.head(config.eval_bleu_sentences).targets,
                                   config.get('eval_bleu_tokenize', '13a'), 'config.eval_bleu_tokenize=')
   state = jax.device_put(initial_state(model_config, config), replicated)
   manager = workdir_lib.checkpoint_manager(workdir, config.max_checkpoints_to_keep, training=True)
@@ -516,6 +548,9 @@ def _warn_of_a_changed_corpus(workdir: str, config) -> None:
   # hybrid that the rewritten config.json would not show: said here, with the values before and after.
   schedule = [f'{k} {recorded[k]!r} -> {current.get(k)!r}' for k in RESUME_SCHEDULE_KEYS
               if k in recorded and recorded[k] != current.get(k)]
+  # p_raw chooses each pair's target (raw or distilled) at every step from here on, like a schedule's values.
+  if old.get('p_raw', 0.0) != new.get('p_raw', 0.0):
+    schedule.append(f"dataset.p_raw {old.get('p_raw', 0.0)!r} -> {new.get('p_raw', 0.0)!r}")
   if schedule:
     logger.warning('%s resumes from its checkpoint with %s: its steps so far were trained with the recorded '
                    'values, the rest train with these (config.json now records only these)', workdir,

@@ -1,6 +1,8 @@
 """HRT: the chunked layout against the papers' examples, the four training tasks and the curriculum, two-pass
 decoding on stub logits with exact outputs, and fine-tuning an AT model into HRT end to end."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -237,7 +239,8 @@ def test_bad_settings_are_clear_errors():
 
 
 @pytest.mark.parametrize('relative', [0, 3])
-def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_config, tmp_path, relative):
+def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_config, tmp_path, relative, monkeypatch,
+                                                      caplog):
   """From the AT model, HRT trains and decodes with both stages, beams, C_d = 1 and int8; with relative
   position keys (HRT Eq. 4, added at zero to the AT model's weights) too."""
   import ml_collections  # pylint: disable=g-import-not-at-top
@@ -275,6 +278,39 @@ def test_fine_tuning_an_at_model_into_hrt_end_to_end(trained_workdir, tiny_confi
   other.model.emb_dim = 64
   with pytest.raises(FastmtError, match='another model config'):
     train_lib.train_and_evaluate(other, str(tmp_path / 'bad_init'))
+  _check_a_continued_run_keeps_its_curriculum(config, workdir, monkeypatch, caplog)
+
+
+def _check_a_continued_run_keeps_its_curriculum(config, workdir, monkeypatch, caplog):
+  """curriculum_steps 0 (configs/hrt.py) is T = num_train_steps at the run's first start, recorded: filled in
+  again at every start, a run trained to 2400 steps and continued to 4000 fell back from p_k = 1 to 0.6."""
+  import json  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from fastmt import objectives, train_lib, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  steps = config.num_train_steps
+  assert config.hrt.get('curriculum_steps', 0) == 0
+  assert workdir_lib.load_objective_options(workdir)['curriculum_steps'] == steps
+  built = []
+  real_build = objectives.build
+  monkeypatch.setattr(objectives, 'build', lambda name, options, *rest: built.append(options) or real_build(
+      name, options, *rest))
+  longer = ml_collections.ConfigDict(config.to_dict())
+  longer.num_train_steps = steps + 1
+  train_lib.train_and_evaluate(longer, workdir)
+  assert built[-1]['curriculum_steps'] == steps
+  assert workdir_lib.load_objective_options(workdir)['curriculum_steps'] == steps
+  # A work directory recorded before T was kept (0): it goes on stretched to the new count, as it did, warned of.
+  path = os.path.join(workdir, workdir_lib.OBJECTIVE_FILE)
+  with open(path) as f:
+    record = json.load(f)
+  record['options']['curriculum_steps'] = 0
+  with open(path, 'w') as f:
+    json.dump(record, f)
+  longer.num_train_steps = steps + 2
+  with caplog.at_level('WARNING'):
+    train_lib.train_and_evaluate(longer, workdir)
+  assert built[-1]['curriculum_steps'] == 0
+  assert f'stretches from {steps + 1} to {steps + 2} steps, so p_k falls back' in caplog.text
 
 
 def test_an_old_vocabulary_is_extended_for_fine_tuning(tmp_path, tiny_config):

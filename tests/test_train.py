@@ -720,9 +720,12 @@ def test_resuming_with_another_corpus_warns_that_the_vocabulary_stays(trained_wo
   reseeded = longer.copy_and_resolve_references()
   reseeded.num_train_steps += 2
   reseeded.seed, reseeded.vocab_character_coverage = longer.seed + 7, 0.9
+  reseeded.dataset.p_raw = 0.5  # each pair's target (raw or distilled) from here on: said like a schedule's change
   caplog.clear()
   with caplog.at_level('WARNING'):
     train_lib.train_and_evaluate(reseeded, str(workdir))
+  assert 'dataset.p_raw 0.0 -> 0.5' in caplog.text
+  assert 'dataset.p_raw changed since' not in caplog.text  # not the vocabulary's warning
   assert f'with seed {longer.seed} -> {reseeded.seed}: from here on its batches come in the new seed' in caplog.text
   assert 'with vocab_character_coverage changed since its recorded config: it keeps its vocabulary' in caplog.text
 

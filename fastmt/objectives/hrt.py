@@ -37,7 +37,7 @@ class HrtOptions:
   chunk_size: int = 2  # k
   curriculum: bool = True  # False: the skip tasks from the first step (the ablation "-CL")
   curriculum_power: float = 1.0  # lambda of p_k = (t / T)^lambda
-  curriculum_steps: int = 0  # T; 0 = the training run's num_train_steps (filled in by objectives.options_of)
+  curriculum_steps: int = 0  # T; 0 = the run's num_train_steps at its first start (kept by resumes: train_lib)
   seed: int = 0  # of the CMLM masks (a function of the step, so a resumed run masks the same way)
 
   def __post_init__(self):
