@@ -51,7 +51,8 @@ def get_config(arg: str = 'ib'):
   # The factorisation (fastmt.decoding.interleaving.Interleaving): recorded in the work directory with the
   # objective, and read from there by `decode.py --algorithm ib`.
   config.interleaving = ml_collections.ConfigDict(dict(
-      directions=2, words_per_direction=1, positions='signed', mask='interleaved', direction_embeddings=False))
+      directions=2, words_per_direction=1, positions='signed', mask='interleaved', direction_embeddings=False,
+      start='bos'))  # 'slot': each slot's own reserved start symbol instead of BOS
   config.interleaving.update(FACTORISATIONS[name])
   if config.interleaving.direction_embeddings:
     config.model.num_directions = config.interleaving.directions

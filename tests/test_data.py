@@ -72,6 +72,11 @@ def test_a_multilingual_dataset_tags_sources_and_keeps_each_pair_in_order(synthe
   assert corpus.load_split(dataset, 'test[:2]').sources == [test.sources[i] for i in (0, 1, 6, 7)]
   with pytest.raises(ValueError, match='en_es'):
     test.select('en_es')
+  # validation BLEU's sample: in turn from each direction (the first 4 lines were all en_de), in the split's order
+  assert test.head(4).directions == ['en_de', 'en_de', 'en_fr', 'en_fr']
+  assert test.head(5).sources == [test.sources[i] for i in (0, 1, 2, 6, 7)]
+  assert test.head(100) == test and len(test.head(0)) == 0
+  assert corpus.ParallelText(['a', 'b'], ['x', 'y']).head(1) == corpus.ParallelText(['a'], ['x'])
   assert corpus.language_tags(dataset) == ['<2de>', '<2fr>']
   assert corpus.tag_sources(['a', '', 'b', '\u200b '], 'en_ru') == ['<2ru> a', '', '<2ru> b', '\u200b ']
   train = corpus.load_split(dataset, 'train')

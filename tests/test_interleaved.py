@@ -685,6 +685,18 @@ def test_interleaved_configs_build():
     configs.get_config('ib,e99')
 
 
+def test_every_objective_option_can_be_set_from_the_command_line():
+  """A config block's keys are locked: an option it lacks cannot be overridden (docs/API.md's start='slot' was
+  'the config has no key start' from --config.interleaving.start=slot)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from fastmt.configs import hrt as hrt_configs, interleaved, selfdraft as selfdraft_configs  # pylint: disable=g-import-not-at-top
+  from fastmt.objectives import hrt, selfdraft  # pylint: disable=g-import-not-at-top
+  assert set(interleaved.get_config('ib').interleaving) == set(order.Interleaving().record())
+  assert set(hrt_configs.get_config('k2').hrt) == {f.name for f in dataclasses.fields(hrt.HrtOptions)}
+  assert set(selfdraft_configs.get_config('w4').selfdraft) == {
+      f.name for f in dataclasses.fields(selfdraft.SelfDraftOptions)}
+
+
 def test_dedup_removes_immediately_repeated_ngrams():
   from fastmt.decoding.interleaved import dedup_repeats  # pylint: disable=g-import-not-at-top
   rows = jnp.array([[5, 5, 6, 7, 6, 7, 8, EOS_ID, 0, 0], [5, 6, 5, 6, 5, 6, 9, 9, 9, 0],

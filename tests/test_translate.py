@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 
 import jax
 import jax.numpy as jnp
@@ -681,7 +680,7 @@ def test_validation_bleu_counts_the_outputs_at_cap_instead_of_warning(model_part
   assert plain.outputs_at_cap and 'reached the output cap' in caplog.text  # the tiny model repeats itself
   assert 'vocabulary lacks' in caplog.text
   caplog.clear()
-  validation, stats = types.SimpleNamespace(sources=texts, targets=texts), TranslationStats()
+  validation, stats = corpus.ParallelText(texts, texts), TranslationStats()
   train_lib.validation_bleu(model_parts[1], model_parts[0], model_parts[2], validation, len(texts), stats=stats)
   assert stats.outputs_at_cap == plain.outputs_at_cap and stats.unreadable_inputs == 1
   assert 'reached the output cap' not in caplog.text and 'vocabulary lacks' not in caplog.text

@@ -15,6 +15,7 @@ pieces (user-defined symbols), and `ParallelText.directions` says which pair eac
 """
 
 import dataclasses
+import itertools
 import logging
 import os
 
@@ -54,6 +55,20 @@ class ParallelText:
     if not keep:
       raise FastmtError(f'no {direction!r} lines; the dataset has {sorted(set(self.directions))}')
     return ParallelText([self.sources[i] for i in keep], [self.targets[i] for i in keep], [direction] * len(keep))
+
+
+  def head(self, count: int) -> 'ParallelText':
+    """The first `count` lines; of a multilingual dataset, taken from each direction in turn (its split is one
+    direction after another: the first lines alone were all of its first direction)."""
+    if self.directions is None:
+      return ParallelText(self.sources[:count], self.targets[:count])
+    by_direction = {}
+    for i, direction in enumerate(self.directions):
+      by_direction.setdefault(direction, []).append(i)
+    in_turn = [i for row in itertools.zip_longest(*by_direction.values()) for i in row if i is not None]
+    keep = sorted(in_turn[:count])  # in the split's order
+    return ParallelText([self.sources[i] for i in keep], [self.targets[i] for i in keep],
+                        [self.directions[i] for i in keep])
 
 
 def language_tag(direction: str) -> str:
