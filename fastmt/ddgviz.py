@@ -38,6 +38,7 @@ class SentenceTrace:
   accepted: np.ndarray  # int [I]
   piece_of: dict  # id -> piece text
   method: str
+  widths: np.ndarray | None = None  # int [I]: each iteration's window (HGJ's greedy phase: 1); None = all W
 
   @property
   def final_at(self) -> np.ndarray:
@@ -79,6 +80,7 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
   # The translator's own projection (E^T for multi-position calls), so the trace is of the same computation.
   result, trace = _traced_decode(translator.params, jnp.asarray(src), jnp.asarray(row_caps), draft_table,
                                  translator.output_projection, translator.drafter if draft_settings else None,
+                                 translator.clusters,  # --projection clustered: what the translator decodes with
                                  config=config, max_len=max_len, block=block, parallel=parallel, mask_id=mask_id,
                                  lookup=settings.algorithm == 'spec' and settings.drafter == 'ngram',
                                  draft_settings=draft_settings, pool=settings.ngram_pool)
@@ -97,19 +99,21 @@ def trace_sentence(translator: Translator, source: str, settings: DecodeSettings
                        vocab_pieces, f'{settings.algorithm} b={block}' + (f' l={parallel}' if parallel < max_len else '') +
                        (f' drafter={settings.drafter}' if settings.algorithm == 'spec' else
                         f' init={settings.jacobi_init}')
-                       + (f' pool={settings.ngram_pool}' if settings.ngram_pool else ''))
+                       + (f' pool={settings.ngram_pool}' if settings.ngram_pool else '')
+                       + (' clustered' if translator.clusters is not None else ''),
+                       np.asarray(trace.widths[:iterations]))
 
 
 @functools.partial(jax.jit, static_argnames=('config', 'max_len', 'block', 'parallel', 'mask_id', 'lookup',
                                              'draft_settings', 'pool'))
-def _traced_decode(params, source, row_caps, draft_table, output_projection, drafter=None, *, config, max_len, block,
-                   parallel, mask_id, lookup=False, draft_settings=None, pool=0):
+def _traced_decode(params, source, row_caps, draft_table, output_projection, drafter=None, clusters=None, *, config,
+                   max_len, block, parallel, mask_id, lookup=False, draft_settings=None, pool=0):
   model = models.Transformer(config)
   encoded = model.apply({'params': params}, source, method=models.Transformer.encode)
   memory = model.apply({'params': params}, encoded, source, method=models.Transformer.memory)
   cache = models.init_cache(config, source.shape[0], max_len + block * (1 if mask_id is None else 2))
   initializer = jacobi.pad_initializer if draft_table is None else jacobi.chain_initializer(draft_table)
-  step_fn = make_step_fn(model, params, memory, output_projection=output_projection)
+  step_fn = make_step_fn(model, params, memory, clusters, output_projection=output_projection)
   return jacobi.jacobi_decode(step_fn, cache, source.shape[0], max_len, block,
                               parallel_length=parallel, initializer=initializer, return_trace=True,
                               row_caps=row_caps, mask_id=mask_id, trajectory_pool=pool,  # --ngram_pool
@@ -123,10 +127,12 @@ def _cells(trace: SentenceTrace):
   """Yields (iteration, position, piece, state, committed_now, probability); state in final/correct/wrong."""
   m = len(trace.final)
   for k, (n, a) in enumerate(zip(trace.starts, trace.accepted)):
+    # HGJ's greedy phase predicts one position: the rest of its row is padding (drawn as red '<pad>' at p=0).
+    width = trace.predictions.shape[1] if trace.widths is None else int(trace.widths[k])
     for pos in range(m):
       if pos < n:
         yield k, pos, '', 'final', False, None
-      elif pos - n < trace.predictions.shape[1]:
+      elif pos - n < width:
         token = int(trace.predictions[k, pos - n])
         state = 'correct' if token == int(trace.final[pos]) else 'wrong'
         yield k, pos, trace.piece_of[token], state, pos < n + a, float(trace.probabilities[k, pos - n])

@@ -39,6 +39,12 @@ def test_hgj_switches_to_greedy_after_the_parallel_length():
   np.testing.assert_array_equal(out.tokens[0, :7], SEQ)
   # PGJ: accept 1 then 3 (committed 4 >= l = 2), then one token per greedy step for the last 3.
   np.testing.assert_array_equal(out.decoder_calls, [2 + 3])
+  # The trace keeps each iteration's window, W while parallel and 1 after: DDGviz drew a greedy step's padding
+  # columns as predictions ('<pad>' at p = 0, red).
+  _, trace = jacobi.jacobi_decode(positional_step(seqs), stub_cache(1, 15), 1, 12, 3, parallel_length=2,
+                                  return_trace=True)
+  np.testing.assert_array_equal(trace.widths[:5], [3, 3, 1, 1, 1])
+  np.testing.assert_array_equal(trace.accepted[:5, 0], [1, 3, 1, 1, 1])
 
 
 def test_window_of_one_is_greedy_on_a_markov_chain():

@@ -1013,6 +1013,34 @@ def test_ddgviz_draws_dollars_and_control_characters_as_text(tmp_path):
   assert (tmp_path / 'a.png').stat().st_size > 1000 and '$x^{' in (tmp_path / 'a.html').read_text(encoding='utf-8')
 
 
+def test_ddgviz_draws_what_was_decoded(model_parts):
+  """HGJ's greedy phase is drawn one cell an iteration (its padding columns were red '<pad>' cells at p = 0),
+  and a clustered translator's trace is of the clustered projection (it drew the dense model's decoding)."""
+  from fastmt import clusters_lib, ddgviz, projection  # pylint: disable=g-import-not-at-top
+  config, params, tokenizer = model_parts
+  source = SOURCES[0]
+  hgj = DecodeSettings('hgj', block_size=3, parallel_length=2)
+  trace = ddgviz.trace_sentence(Translator(config, params, tokenizer, hgj), source, hgj)
+  assert len(trace.final) > 3  # so that the greedy phase has rows to draw
+  drawn = [0] * len(trace.starts)
+  for k, _, piece, _, _, probability in ddgviz._cells(trace):  # pylint: disable=protected-access
+    if probability is not None:
+      drawn[k] += 1
+      assert probability > 0 and piece != '<pad>'
+  assert drawn == [min(3 if n < 2 else 1, len(trace.final) - n) for n in trace.starts]
+  # Clusters whose active sets hold only the rarest pieces: the clustered output differs from the dense one.
+  dense = Translator(config, params, tokenizer, DecodeSettings('pgj', block_size=3))
+  hidden, _ = clusters_lib.record_states(dense, [source], top_k=1)
+  rare = np.arange(config.vocab_size - 60, config.vocab_size)
+  narrow = projection.build_clusters(hidden, np.tile(rare, (len(hidden), 1)), projection.fit_kmeans(hidden, 2),
+                                     config.vocab_size)
+  clustered = Translator(config, params, tokenizer, dense.settings, clusters=narrow)
+  [output], _ = clustered.translate_ids([source])
+  assert list(output) != list(dense.translate_ids([source])[0][0])
+  final = ddgviz.trace_sentence(clustered, source, dense.settings).final.tolist()
+  assert final[:len(output)] == list(output) and final[len(output):] in ([], [EOS_ID])
+
+
 def test_ddgviz_refuses_what_it_cannot_draw_before_the_model_loads(tmp_path):
   """DDGviz draws Jacobi iterations: greedy as PGJ (the same output), never another decoder in beam's or ib's name."""
   from fastmt import ddgviz  # pylint: disable=g-import-not-at-top

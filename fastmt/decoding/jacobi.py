@@ -92,6 +92,7 @@ class JacobiTrace:
   predictions: jax.Array  # int32 [I, B, W]: argmax for positions start .. start + W - 1
   probabilities: jax.Array  # float32 [I, B, W]: softmax probability of each prediction
   accepted: jax.Array  # int32 [I, B]: tokens committed by the iteration (0 once the row is done)
+  widths: jax.Array  # int32 [I]: the iteration's window (W; 1 in HGJ's greedy phase): later columns are padding
 
 
 @flax.struct.dataclass
@@ -267,7 +268,8 @@ def _jacobi_loop(step_fn, state: JacobiState, width: int, max_length: int, paral
           trace.inputs.at[s.iteration].set(pad(inputs)),
           trace.predictions.at[s.iteration].set(pad(predictions)),
           trace.probabilities.at[s.iteration].set(pad(probs)),
-          trace.accepted.at[s.iteration].set(accepted))
+          trace.accepted.at[s.iteration].set(accepted),
+          trace.widths.at[s.iteration].set(width))
     return JacobiState(s.iteration + 1, tokens, committed, guess, done, s.calls + (~s.done).astype(jnp.int32),
                        cache, trace, guess_is_draft, draft_cache, pool)
 
@@ -339,7 +341,7 @@ def jacobi_decode(step_fn: DecoderStepFn, cache: Any, batch_size: int, max_lengt
     shape = (max_length, batch_size, block_size)
     trace = JacobiTrace(jnp.zeros(shape[:2], jnp.int32), jnp.zeros(shape, jnp.int32),
                         jnp.zeros(shape, jnp.int32), jnp.zeros(shape, jnp.float32),
-                        jnp.zeros(shape[:2], jnp.int32))
+                        jnp.zeros(shape[:2], jnp.int32), jnp.zeros(shape[:1], jnp.int32))
   zeros = jnp.zeros((batch_size,), jnp.int32)
   caps = row_limits(batch_size, max_length, row_caps)
   first_guesses = checked_guesses(initializer(block_size)(jnp.full((batch_size,), bos_id, jnp.int32)), batch_size,
