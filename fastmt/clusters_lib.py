@@ -187,10 +187,13 @@ def _check_direction_of_the_dataset(workdir: str, direction: str) -> None:
   """A Bible dataset names its directions ('bible/en_de': en_de; 'bible/en_de+en_fr': either); clusters saved
   under another name were recorded as of a direction the model never translates. Other datasets ('text',
   tfds) name none: any name is the user's."""
-  name = workdir_lib.load_train_config(workdir).dataset.name
+  dataset = workdir_lib.load_train_config(workdir).dataset
+  name = dataset.name
   if not name.startswith('bible/'):
     return
   directions = name.split('/', 1)[1].split('+')
+  if dataset.get('reverse') and len(directions) == 1:  # bible/en_de reversed translates de_en (en_de: as before)
+    directions.insert(0, '_'.join(reversed(directions[0].split('_'))))
   if direction not in directions:
     raise FastmtError(f'--direction {direction!r}: {workdir} was trained on {name}, whose directions are '
                       f'{", ".join(directions)}')

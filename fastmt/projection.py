@@ -10,6 +10,13 @@ precomputed), the union of the active sets over the batch as a boolean mask over
 an index list; the reduced projection gathers those embedding rows with `jnp.take`, and the logits are
 scattered back with a finite -inf everywhere else.
 
+The union is the paper's (one reduced product per call, for speed), so a position's candidates are those of
+every state of the call: the batch's other sentences, its rows already past EOS and, for the parallel decoders
+(PJ/PGJ/HGJ and spec), the window's other positions, guesses included. A translation can so
+depend on its batch-mates and, with those decoders, differ from clustered greedy's (their exactness is the
+dense projection's, which has no such union). A batch's padding rows (all-PAD sources, filling a static
+batch shape) are left out of the union: a sentence's output does not depend on how many the batch got.
+
 Static shapes: the union's size varies from call to call (one state or a batch of 32, common or rare
 clusters), so the index list has one of a few fixed widths, 128, 256, 512, ... up to `capacity`, chosen per
 call by `lax.switch` (each width is compiled once, like a length bucket); a call pays for the smallest width
@@ -133,15 +140,20 @@ def build_clusters(hidden, top_tokens, centroids, vocab_size: int, capacity: int
   return Clusters(centroids, sq, jnp.asarray(active), vocab_size, capacity)
 
 
-def active_mask(hidden, clusters: Clusters):
+def active_mask(hidden, clusters: Clusters, live_rows=None):
   """The union of the active sets of the states' nearest clusters.
 
-  hidden [..., E] -> (bool [V] mask, int32 [] number of active columns).
+  hidden [..., E] -> (bool [V] mask, int32 [] number of active columns). live_rows: bool [B] over hidden's
+  first axis, or None (all): the states of other rows (a batch's padding rows) add nothing to the union.
   """
   flat = hidden.reshape(-1, hidden.shape[-1])
   assign = nearest_centroid(flat, clusters.centroids, clusters.centroid_sq_norms)  # [N]
+  ids = clusters.active_sets[assign]  # [N, A]
+  if live_rows is not None:
+    live = jnp.broadcast_to(live_rows.reshape(live_rows.shape + (1,) * (hidden.ndim - 2)), hidden.shape[:-1])
+    ids = jnp.where(live.reshape(-1, 1), ids, clusters.vocab_size)  # vocab_size: dropped, like set padding
   mask = jnp.zeros((clusters.vocab_size,), bool)
-  mask = mask.at[clusters.active_sets[assign].ravel()].set(True, mode='drop')  # padding ids fall outside
+  mask = mask.at[ids.ravel()].set(True, mode='drop')  # padding ids fall outside
   mask = mask.at[EOS_ID].set(True)  # every row keeps a valid token, even for an empty active set
   return mask, mask.sum().astype(jnp.int32)
 
@@ -166,14 +178,14 @@ def reduced_logits(hidden, embedding, mask, width: int):
   return full.at[..., indices].set(sub, mode='drop')  # index `vocab` (padding) is dropped
 
 
-def clustered_logits(hidden, embedding, clusters: Clusters):
+def clustered_logits(hidden, embedding, clusters: Clusters, live_rows=None):
   """Drop-in output layer: logits [..., V], exact on the batch's active columns, NEG_INF elsewhere.
 
-  The reduced projection runs at the smallest of clusters.widths that holds the union. Returns (logits,
-  overflowed): when the union exceeds clusters.capacity the dense projection is used for this call
-  (overflowed=True), so no active token is ever silently dropped.
+  The reduced projection runs at the smallest of clusters.widths that holds the union (of live_rows' states:
+  active_mask). Returns (logits, overflowed): when the union exceeds clusters.capacity the dense projection is
+  used for this call (overflowed=True), so no active token is ever silently dropped.
   """
-  mask, count = active_mask(hidden, clusters)
+  mask, count = active_mask(hidden, clusters, live_rows)
   widths = clusters.widths
   branches = [lambda h, w=w: reduced_logits(h, embedding, mask, w) for w in widths]
   branches.append(lambda h: dense_logits(h, embedding))

@@ -120,6 +120,10 @@ class TranslationStats:
     return (self.output_tokens + ended) / max(1, self.decoder_calls)
 
 
+# Decoders whose calls project a window of positions, guesses included: exact with the dense projection only.
+_WINDOW_ALGORITHMS = ('pj', 'pgj', 'hgj', 'spec')
+
+
 def make_step_fn(model: models.Transformer, params, memory, clusters=None, output_projection=None):
   """A DecoderStepFn over `model` with the encoded source `memory` closed in.
 
@@ -150,7 +154,9 @@ def make_step_fn(model: models.Transformer, params, memory, clusters=None, outpu
                                    return_logits=False, directions=directions, query_slots=project,
                                    method=models.Transformer.decode)
     if clusters is not None:
-      logits, _ = projection.clustered_logits(hidden, quantize.float_embedding(params), clusters)
+      # A padding row (an all-PAD source) adds nothing to the union of the call's active sets.
+      live_rows = memory['mask'].any(-1) if memory['mask'].shape[0] == hidden.shape[0] else None
+      logits, _ = projection.clustered_logits(hidden, quantize.float_embedding(params), clusters, live_rows)
     elif int8_projection:
       logits = quantize.int8_product(hidden, output_projection)
     elif transposed:  # a bfloat16 layout: bfloat16 products summed in float32 (the CPU's matrix unit, few_rows)
@@ -462,6 +468,10 @@ class Translator:
       params = few_rows.without_layout(params)
     self.params = jax.device_put(params, replicated)
     self.clusters = None if clusters is None else jax.device_put(clusters, replicated)
+    if clusters is not None and settings.algorithm in _WINDOW_ALGORITHMS:
+      logger.warning('--algorithm %s with the clustered projection: its output can differ from clustered greedy\'s '
+                     '(the union of active sets covers the window\'s guessed positions too: fastmt.projection); it '
+                     'equals greedy\'s with the dense projection', settings.algorithm)
     self.draft_table = None if draft_table is None else jax.device_put(jnp.asarray(draft_table, jnp.int32),
                                                                        replicated)
     self.output_projection = None

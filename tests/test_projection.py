@@ -73,7 +73,7 @@ def test_kmeans_recovers_separated_clusters():
     assert (nearest < 1.0).all(), (batch_size, found)
 
 
-def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path):
+def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path, caplog):
   """Build clusters offline for the tiny model, save, load; with every token active, output == dense."""
   sources = open(DATA / 'genesis.en', encoding='utf-8').read().splitlines()[:8]  # one batch: one shape per decoder
   model_config = workdir_lib.load_model_config(trained_workdir)
@@ -94,8 +94,13 @@ def test_clusters_round_trip_and_drop_in_decoding(trained_workdir, tmp_path):
   # The clustered projection sits in the decoder step, so every algorithm gets it: beam and PGJ too.
   for settings in (DecodeSettings('beam', beam_size=3), DecodeSettings('pgj', block_size=3)):
     expected, _ = Translator(model_config, params, tokenizer, settings).translate(sources, 8)
-    got, _ = Translator(model_config, params, tokenizer, settings, clusters=loaded).translate(sources, 8)
+    caplog.clear()
+    with caplog.at_level('WARNING'):
+      got, _ = Translator(model_config, params, tokenizer, settings, clusters=loaded).translate(sources, 8)
     assert got == expected, settings.algorithm
+    # PGJ's calls project its window, guesses included, whose clusters join the union: said, not hidden.
+    said = '--algorithm pgj with the clustered projection: its output can differ from clustered greedy' in caplog.text
+    assert said == (settings.algorithm == 'pgj')
   # ... and with narrow clusters every algorithm's outputs stay inside the active set.
   # Every cluster activates only rare pieces (the highest ids), which dense decoding hardly uses.
   allowed = np.arange(model_config.vocab_size - 60, model_config.vocab_size)
@@ -193,3 +198,25 @@ def test_recording_states_skips_blank_lines_but_its_warnings_name_the_input_line
   np.testing.assert_array_equal(with_blanks, hidden)
   np.testing.assert_array_equal(top_with_blanks, top)
   assert '(input lines 2, 4, 5)' in caplog.text
+
+
+def test_a_batch_s_padding_rows_do_not_change_its_clustered_translations():
+  """A static batch's padding rows (all-PAD sources, cap 0) put their nearest clusters' active sets into every
+  call's union: 3 sentences decoded in the 4-row batch Translator uses (batch_rows(3, 32) == 4) translated
+  otherwise than the same 3 rows alone, in 10 of 10 random batches."""
+  from conftest import random_model, tiny_model_config  # pylint: disable=g-import-not-at-top
+  from fastmt import translate  # pylint: disable=g-import-not-at-top
+  config = tiny_model_config(vocab_size=40, max_length=24)
+  _, params = random_model(3, config)
+  rng = np.random.default_rng(0)
+  centroids = jnp.asarray(rng.standard_normal((30, config.emb_dim)), jnp.float32)
+  active = np.stack([np.sort(rng.choice(np.arange(3, 40), 2, replace=False)) for _ in range(30)]).astype(np.int32)
+  clusters = projection.Clusters(centroids, (centroids**2).sum(-1), jnp.asarray(active), config.vocab_size, 40)
+  assert translate.batch_rows(3, 32) == 4
+  for _ in range(3):
+    source = np.concatenate([rng.integers(3, 40, (3, 7)), np.ones((3, 1), int)], 1).astype(np.int32)
+    padded = np.concatenate([source, np.zeros((1, 8), np.int32)])
+    three, four = (translate.decode_source_batch(params, jnp.asarray(s), jnp.asarray(caps, jnp.int32), clusters,
+                                                 config=config, settings=DecodeSettings('greedy')).tokens[:3]
+                   for s, caps in ((source, [20] * 3), (padded, [20] * 3 + [0])))
+    np.testing.assert_array_equal(three, four)

@@ -255,8 +255,12 @@ def test_clusters_of_a_direction_the_bible_dataset_lacks_are_refused(tmp_path):
   translates. A 'text' dataset names no direction: any name is the user's."""
   for name, direction, refused in (('bible/en_de', 'en_fr', True), ('bible/en_de', 'en_de', False),
                                    ('bible/en_de+en_fr', 'en_fr', False), ('bible/en_de+en_fr', 'en_es', True),
-                                   ('text', 'mine', False)):
-    (tmp_path / workdir_lib.TRAIN_CONFIG_FILE).write_text(json.dumps({'dataset': {'name': name}}))
+                                   ('text', 'mine', False), ('bible/en_de:reverse', 'de_en', False),
+                                   ('bible/en_de:reverse', 'en_de', False), ('bible/en_de:reverse', 'de_fr', True)):
+    # A reversed one-direction model translates de_en: its true name was refused (en_de is kept, as before).
+    name, _, reverse = name.partition(':')
+    (tmp_path / workdir_lib.TRAIN_CONFIG_FILE).write_text(json.dumps({'dataset': {'name': name,
+                                                                                   'reverse': bool(reverse)}}))
     if refused:
       with pytest.raises(FastmtError, match=f"--direction '{direction}': .* trained on {re.escape(name)}"):
         clusters_lib._check_direction_of_the_dataset(str(tmp_path), direction)  # pylint: disable=protected-access
