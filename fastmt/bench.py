@@ -169,7 +169,7 @@ class MethodResult:
   sentences_per_s: float = 0.0
   words_per_s: float = 0.0  # source words per second at the large batch
   words_per_s_b1: float = 0.0  # source words per second at batch 1 (the RoyalFlush figure)
-  compile_s: float = 0.0
+  compile_s: float = 0.0  # the first pass at batch_size less a compiled pass's time: batch-1 compiles not in it
   # decoder calls per sentence on the batch-1 timed sentences (the first speed_sentences): the calls to set
   # beside speedup_b1 and ms_per_sentence_b1 (decoder_calls_per_sentence is of every sentence)
   decoder_calls_per_sentence_b1_timed: float = float('nan')
@@ -394,7 +394,9 @@ def run_benchmark(workdir: str, sources, references, methods=DEFAULT_METHODS, ba
 
 def auto_widths_of(translators) -> dict:
   """{spec:auto label: {batch size: {'width': the chosen W, 'median_s': {W: seconds per calibration pass},
-  'calibration_s': what choosing took (compiles included; inside the row's compile_s)}}}."""
+  'calibration_s': what choosing took (compiles included)}}}. The choice at the bench's batch_size is made in the
+  first pass, so its time is inside the row's compile_s; batch 1's in the batch-1 exactness pass or the timing
+  warm-up, outside every figure (compile_s covers the batch_size shapes only)."""
   return {label: {str(batch): {'width': chosen, 'median_s': {str(w): s for w, s in medians.items()},
                                'calibration_s': seconds}
                   for batch, (chosen, medians, seconds) in t.choices.items()}
