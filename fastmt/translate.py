@@ -411,6 +411,12 @@ class Translator:
         raise FastmtError(f'the model has {config.num_directions} direction embeddings, its interleaving '
                           f'{layout.directions} directions')
       settings = dataclasses.replace(settings, interleaving=layout)
+    if objective == 'hrt' and settings.algorithm != 'hrt' and not objectives.hrt_from(objective_options).curriculum:
+      # Allowed (BENCHMARKS' ablation of HRT Table 5 measures it), but never what a user wants by accident.
+      logger.warning('this HRT model was trained without the curriculum (the skip tasks from the first step): its '
+                     'left-to-right tasks were never trained, so --algorithm %s (C_d = 1) decodes it poorly (the HRT '
+                     'paper: 5.18 BLEU; docs/BENCHMARKS.md: 0.69); --algorithm hrt is its decoding',
+                     settings.algorithm)
     if objective == 'hrt' and settings.algorithm == 'hrt':
       options = objectives.hrt_from(objective_options)
       if settings.chunk_size not in (0, options.chunk_size):

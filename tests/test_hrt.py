@@ -170,7 +170,7 @@ def test_stage_two_scores_decide_between_stage_one_hypotheses():
 
 def test_stage_two_eos_inside_a_chunk_truncates_and_caps_bound_stage_one():
   """Stage II predicting EOS (once or several times) cuts the output at the first; a row's stage I makes at
-  most cap // k calls, so stage II never exceeds the cap (a source at the maximum length)."""
+  most ceil(cap / k) calls, and the output is cut at the cap (a source at the maximum length)."""
   natural = natural_rows([9], 20)
 
   def step_fn(tokens, positions, self_mask, cache, write_offsets, project=None):
@@ -183,9 +183,20 @@ def test_stage_two_eos_inside_a_chunk_truncates_and_caps_bound_stage_one():
   assert np.asarray(out.tokens)[0].tolist() == natural[0, :2].tolist() + [EOS_ID] + [PAD_ID] * 17
   capped = hrt_decode(oracle_hrt_step(natural, 2), stub_cache(1, 20), 1, 20, 2, MASK_ID, BOS_K,
                       row_caps=jnp.array([5]))
-  assert int(capped.decoder_calls[0]) == 5 // 2 + 1
-  assert (np.asarray(capped.tokens)[0, 5:] == PAD_ID).all() and EOS_ID not in np.asarray(capped.tokens)[0]
-  assert np.asarray(stage_one_caps(jnp.array([0, 1, 5, 128]), 2)).tolist() == [0, 1, 2, 64]
+  assert int(capped.decoder_calls[0]) == 3 + 1  # ceil(5 / 2) stage-I calls, one stage II
+  assert np.asarray(capped.tokens)[0].tolist() == natural[0, :5].tolist() + [PAD_ID] * 15
+  assert np.asarray(stage_one_caps(jnp.array([0, 1, 5, 128]), 2, 128)).tolist() == [0, 1, 3, 64]
+  assert np.asarray(stage_one_caps(jnp.array([5, 7]), 2, 7)).tolist() == [3, 3]  # the papers' bound L // k
+
+
+@pytest.mark.parametrize('k', [2, 3, 4])
+def test_a_translation_that_fits_its_cap_comes_back_whole_as_greedys(k):
+  """Four words and EOS under a row cap of 5: greedy returns them whole, and so must HRT for every k. With
+  cap // k stage-I calls it returned (y1 .. y4) without EOS for k = 2 and 4, and lost y4 for k = 3."""
+  natural = natural_rows([4, 4], 16)
+  caps = jnp.array([5, 16])
+  out = hrt_decode(oracle_hrt_step(natural, k), stub_cache(2, 16), 2, 16, k, MASK_ID, BOS_K, row_caps=caps)
+  assert np.asarray(out.tokens).tolist() == natural.tolist()
 
 
 def test_the_plain_step_contract_decodes_and_bad_arguments_are_clear_errors():
@@ -236,6 +247,27 @@ def test_bad_settings_are_clear_errors():
   assert configs.get_config('k2,e6d6').model.num_decoder_layers == 6  # the one-GPU table's
   with pytest.raises(ValueError):
     configs.get_config('k1')
+
+
+def test_left_to_right_decoding_of_a_model_trained_without_the_curriculum_warns(trained_workdir, caplog):
+  """`configs/hrt.py:k2,nocl` trains the skip tasks from the first step: its AT task never trains, so C_d = 1
+  decodes it poorly (0.69 BLEU in BENCHMARKS' ablation, which measures it: allowed, but said); a model with the
+  curriculum, or --algorithm hrt, says nothing."""
+  from fastmt import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from fastmt.translate import DecodeSettings, Translator  # pylint: disable=g-import-not-at-top
+  config = workdir_lib.load_model_config(trained_workdir)
+  params, _ = workdir_lib.restore_params(trained_workdir, config)
+  tokenizer = workdir_lib.load_tokenizer(trained_workdir)
+
+  def warnings(algorithm, **options):
+    caplog.clear()
+    with caplog.at_level('WARNING', logger='fastmt.translate'):
+      Translator(config, params, tokenizer, DecodeSettings(algorithm), objective='hrt',
+                 objective_options=dict(chunk_size=2, **options))
+    return [r.getMessage() for r in caplog.records if 'without the curriculum' in r.getMessage()]
+  assert len(warnings('greedy', curriculum=False)) == 1
+  assert 'C_d = 1' in warnings('pgj', curriculum=False)[0]
+  assert not warnings('greedy')
 
 
 @pytest.mark.parametrize('relative', [0, 3])

@@ -1,8 +1,8 @@
 """Hybrid-regressive decoding: two masked passes of one shared decoder (HRT Section 4.3, RoyalFlush Eq. 2).
 
 Stage I (Skip-AT): autoregressive over every k-th position, from <bos_k>, with the KV cache, until EOS; at most
-max(L // k, 1) calls for an output cap of L (each row its own), so stage II never exceeds L slots, or k for a
-cap below k (the output is then cut to its cap). It is greedy_search or
+max(L // k, 1) calls for the maximum length L, so stage II never exceeds L slots (or k for L below k), and
+ceil(cap / k) for a row's own lower cap (the output is then cut to its cap, as greedy's is). It is greedy_search or
 beam search on a decoder step that feeds position p as p * k and the start symbol as <bos_k>.
 Stage II (Skip-CMLM): one decoder call over the k - 1 masks placed before every stage-I token, with a
 bidirectional mask over the row's real slots, projected to the vocabulary at the masks only; each mask takes
@@ -31,9 +31,13 @@ from fastmt.decoding.step import (PAD_ID, DecoderStepFn, best_tokens, cache_slot
 
 
 
-def stage_one_caps(caps: jax.Array, k: int) -> jax.Array:
-  """Skip-AT calls allowed per row: cap // k (at least 1 for a real row), 0 for a padding row."""
-  return jnp.where(caps > 0, jnp.maximum(caps // k, 1), 0).astype(jnp.int32)
+def stage_one_caps(caps: jax.Array, k: int, max_length: int) -> jax.Array:
+  """Skip-AT calls allowed per row: ceil(cap / k), so stage II reaches the row's own cap (the output is then
+  cut to it), but at most max(max_length // k, 1), the bound of the papers (stage II never exceeds the
+  allocation of max_length slots); 0 for a padding row. cap // k would end a row whose cap k does not divide
+  up to k - 1 tokens before greedy's cap: a translation that fits the cap lost its last word or its EOS."""
+  bound = max(max_length // k, 1)
+  return jnp.where(caps > 0, jnp.minimum(-(-caps // k), bound), 0).astype(jnp.int32)
 
 
 def skip_step(step_fn: DecoderStepFn, k: int, bos_k_id: int) -> DecoderStepFn:
@@ -133,7 +137,7 @@ def _stage_one_inputs(step_fn: DecoderStepFn, cache, max_length: int, k: int, bo
   on a cache of that length (less attention per step than max_length)."""
   first_length = max(1, max_length // k)
   first_cache = jax.tree_util.tree_map(lambda c: c[:, :first_length], cache)
-  return skip_step(step_fn, k, bos_k_id), first_cache, first_length, stage_one_caps(caps, k)
+  return skip_step(step_fn, k, bos_k_id), first_cache, first_length, stage_one_caps(caps, k, max_length)
 
 
 def stage_one_greedy(step_fn: DecoderStepFn, cache, batch_size: int, max_length: int, k: int, bos_k_id: int,
