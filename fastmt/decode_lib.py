@@ -176,7 +176,7 @@ def check_paths(input_path: str, output_path: str, reference_path: str | None = 
   if reference_path is not None:
     check_input_path(reference_path, 'reference file')
     if reference_path == '-' or not os.path.isfile(reference_path):
-      return inputs  # a stream: read once, when scoring
+      return inputs  # a stream can be read only once: translate_file reads and checks it before any work
     # One pass over the reference: its lines, and (strict) its UTF-8, which would otherwise fail after decoding.
     references = (sum(1 for _ in iter_lines(reference_path, 'strict')) if errors == 'strict'
                   else count_lines(reference_path))
@@ -197,7 +197,7 @@ def iter_lines(path: str, errors: str = 'strict', counts: InputCounts | None = N
 
 def _lines_of(path: str, errors: str, counts: InputCounts) -> Iterator[str]:
   stream = sys.stdin.buffer if path == '-' else open(path, 'rb')  # pylint: disable=consider-using-with
-  name = 'stdin' if path == '-' else path
+  name = _stream_name(path)
   head = b''  # the first line's first bytes: a gzip or UTF-16 file is named as one
   # A first line holding '\r' is held back until a second line comes: if none does, the input is one line of
   # CR-ended lines (corpus.check_not_cr_only), an error before anything of it is translated.
@@ -245,6 +245,10 @@ def utf8_stdout():
     sys.stdout.flush()
     sys.stdout.reconfigure(encoding='utf-8')
   return sys.stdout
+
+
+def _stream_name(path: str) -> str:
+  return 'stdin' if path == '-' else path
 
 
 def read_input(path: str, errors: str, counts: InputCounts | None = None) -> list[str]:
@@ -570,14 +574,27 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
   """decode.py's job: input file (or '-') -> output file (or '-'), in order, streamed; a report.
 
   Holds the hypotheses only when scoring (strings, not tensors) and the first speed_sentences sources. Paths are
-  checked first (check_paths). An output file is written through a temporary file beside it and takes its name
-  only when every line is translated (replaced_on_success): a run that fails part way (invalid UTF-8 on line
-  10,000 of stdin, Ctrl-C) leaves an existing output file as it was.
+  checked first (check_paths), then the reference is read whole (a stream's length and UTF-8 checked against an
+  input file before any work). An output file is written through a temporary file beside it and takes its name
+  only when every line is translated and as many as the reference holds (replaced_on_success): a run that fails
+  part way (invalid UTF-8 on line 10,000 of stdin, Ctrl-C, an input stream longer than its reference) leaves an
+  existing output file as it was.
   """
   total = check_paths(input_path, output_path, reference_path, errors=input_errors)  # None for a stream
   check_bleu_tokenize(bleu_tokenize)
   if batch_size < 1:
     raise FastmtError(f'batch_size must be >= 1, got {batch_size}')
+  reference_counts = InputCounts()
+  references, unreachable = None, 0
+  if reference_path is not None:
+    # Read before any work: a reference from stdin or a pipe can be read only once, so check_paths could not
+    # count it or check its UTF-8; here both are checked against an input file before the first line decodes
+    # (a stdin reference of the wrong length used to fail only after the whole translation).
+    references = read_input(reference_path, input_errors, reference_counts)
+    if total is not None and len(references) != total:
+      raise FastmtError(f'{input_path} has {total} lines but the reference {_stream_name(reference_path)} has '
+                        f'{len(references)}')
+    unreachable = warn_of_unreachable_references(references, translator.tokenizer, bleu_tokenize)
   input_counts = InputCounts()
   lines = iter_lines(input_path, input_errors, input_counts)
   if tag_direction:
@@ -616,15 +633,15 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
                                                       keep=reference_path is not None, show_progress=show_progress,
                                                       stream=stream)
     out.flush()
+    if total is None and references is not None and len(references) != stats.sentences:  # an input stream's
+      # length is known only now: refused before the output file takes its name (a failed run leaves the file
+      # that was there)
+      raise FastmtError(f'{_stream_name(input_path)} had {stats.sentences} lines but the reference '
+                        f'{_stream_name(reference_path)} has {len(references)}')
   if total is not None and stats.sentences != total:  # the translations of what was read are kept
     raise FastmtError(f'{input_path} had {total} lines when decoding began but {stats.sentences} were translated: '
                       'the file changed while it was read')
-  reference_counts = InputCounts()
-  scores, unreachable = None, 0
-  if reference_path is not None:
-    references = read_input(reference_path, input_errors, reference_counts)
-    unreachable = warn_of_unreachable_references(references, translator.tokenizer, bleu_tokenize)
-    scores = score(hypotheses, references, bleu_tokenize)
+  scores = score(hypotheses, references, bleu_tokenize) if references is not None else None
   # The report's score fields are Scores' own, None where nothing was scored.
   scored = dataclasses.asdict(scores) if scores else dict.fromkeys(f.name for f in dataclasses.fields(Scores))
   ms_per_sentence = time_at_batch1(translator, first_sources) if speed_sentences else None
@@ -735,11 +752,17 @@ def format_report(report: DecodeReport) -> str:
 
 
 def write_metrics_json(path: str, report: DecodeReport, extra: dict) -> None:
-  """The report and `extra` as JSON into path ('-': stdout)."""
+  """The report and `extra` as JSON into path ('-': stdout), a file written whole (files.write_whole)."""
   metrics = {**dataclasses.asdict(report), **extra}
   if path == '-':
     json.dump(metrics, sys.stdout, indent=1)
     sys.stdout.write('\n')
     return
-  with open(path, 'w') as f:
-    json.dump(metrics, f, indent=1)
+  text = json.dumps(metrics, indent=1) + '\n'
+  if os.path.exists(path) and not os.path.isfile(path):  # /dev/stderr, a named pipe: written as it is
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(text)
+    return
+  # Whole or not at all (a kill or a full disk mid-write left half a JSON that the next reader choked on); a
+  # symbolic link stays a link to the file it names, as the output file's does.
+  files.write_whole(os.path.realpath(path), text)

@@ -273,6 +273,33 @@ def test_decode_refuses_two_readers_of_stdin_and_two_writers_of_stdout(tmp_path,
   assert json.loads(capsys.readouterr().out)['dtype'] == 'float32'
 
 
+def test_metrics_json_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+  """A kill or a full disk while --metrics_json was written left half a JSON; it now replaces the file in one
+  rename (a link stays a link), and a named pipe or /dev/stderr is written as it is."""
+  import threading  # pylint: disable=g-import-not-at-top
+  report = decode_lib.DecodeReport(**{f.name: 0 for f in dataclasses.fields(decode_lib.DecodeReport)
+                                      if f.default is dataclasses.MISSING})
+  metrics, link = tmp_path / 'metrics.json', tmp_path / 'link.json'
+  metrics.write_text('{"old": 1}', encoding='utf-8')
+  link.symlink_to(metrics)
+  with monkeypatch.context() as m:
+    m.setattr(decode_lib.files.os, 'replace', lambda *args: (_ for _ in ()).throw(OSError(28, 'No space left')))
+    with pytest.raises(OSError):
+      decode_lib.write_metrics_json(str(link), report, {'dtype': 'float32'})
+  assert json.loads(metrics.read_text(encoding='utf-8')) == {'old': 1}
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['link.json', 'metrics.json']  # no temporary file left
+  decode_lib.write_metrics_json(str(link), report, {'dtype': 'float32'})
+  assert link.is_symlink() and json.loads(metrics.read_text(encoding='utf-8'))['dtype'] == 'float32'
+  fifo = tmp_path / 'fifo'
+  os.mkfifo(fifo)
+  read = []
+  reader = threading.Thread(target=lambda: read.append(fifo.read_text(encoding='utf-8')), daemon=True)
+  reader.start()
+  decode_lib.write_metrics_json(str(fifo), report, {'dtype': 'bfloat16'})
+  reader.join(timeout=60)
+  assert json.loads(read[0])['dtype'] == 'bfloat16' and fifo.exists() and not fifo.is_file()
+
+
 def test_scores_say_how_long_the_hypotheses_are_against_the_reference():
   from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
   references = ['And God said , Let there be light .', 'And there was light .']
@@ -1192,6 +1219,49 @@ def test_a_run_that_fails_part_way_leaves_the_earlier_output_file_as_it_was(mode
       decode_lib.translate_file(translator, str(src), str(hyp), show_progress=False)
   kept = [p for p in tmp_path.iterdir() if p.name.endswith('.partial')]
   assert len(kept) == 1 and len(kept[0].read_text(encoding='utf-8').split('\n')) == 4
+
+
+def test_a_reference_of_the_wrong_length_from_a_stream_is_refused_before_the_output_is_replaced(model_parts, tmp_path,
+                                                                                            monkeypatch):
+  """`--reference -` (stdin, which check_paths cannot count without consuming it) with fewer lines than the input
+  file was found only after the whole translation, and the failed run had already replaced the output file. It
+  is now refused before any line decodes, naming stdin; and an input stream longer than a reference file is
+  refused before the output file takes its name."""
+  import io  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+  translator = Translator(*model_parts)
+  src, ref, hyp = tmp_path / 'src.txt', tmp_path / 'ref.txt', tmp_path / 'hyp.txt'
+  src.write_text('God\nlight\nAnd God said.\n', encoding='utf-8')
+  hyp.write_text('kept\n', encoding='utf-8')
+  passes = []
+  real_pass = decode_lib.translate_stream
+  monkeypatch.setattr(decode_lib, 'translate_stream', lambda *a, **k: passes.append(1) or real_pass(*a, **k))
+  monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(b'Gott\nLicht\n'), encoding='utf-8'))
+  with pytest.raises(FastmtError, match='src.txt has 3 lines but the reference stdin has 2'):
+    decode_lib.translate_file(translator, str(src), str(hyp), '-', show_progress=False)
+  assert passes == [] and hyp.read_text(encoding='utf-8') == 'kept\n'
+  # invalid UTF-8 in a stdin reference: before any work too, not after the translation
+  monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(b'Gott\n\xff\nUnd Gott sprach.\n'), encoding='utf-8'))
+  with pytest.raises(FastmtError, match='stdin:2: invalid UTF-8'):
+    decode_lib.translate_file(translator, str(src), str(hyp), '-', show_progress=False)
+  assert passes == [] and hyp.read_text(encoding='utf-8') == 'kept\n'
+  monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(b'Gott\nLicht\nUnd Gott sprach.\n'),
+                                                     encoding='utf-8'))
+  report = decode_lib.translate_file(translator, str(src), str(hyp), '-', show_progress=False)
+  assert report.sentences == 3 and report.bleu is not None and len(hyp.read_text(encoding='utf-8').split('\n')) == 4
+  # an input stream (a named pipe) of 3 lines against a reference file of 2: known only once it is read
+  hyp.write_text('kept\n', encoding='utf-8')
+  ref.write_text('Gott\nLicht\n', encoding='utf-8')
+  fifo = tmp_path / 'fifo'
+  os.mkfifo(fifo)
+  writer = threading.Thread(target=lambda: fifo.write_text('God\nlight\nAnd God said.\n', encoding='utf-8'),
+                            daemon=True)
+  writer.start()
+  with pytest.raises(FastmtError, match='fifo had 3 lines but the reference .*ref.txt has 2'):
+    decode_lib.translate_file(translator, str(fifo), str(hyp), str(ref), show_progress=False)
+  writer.join(timeout=60)
+  assert hyp.read_text(encoding='utf-8') == 'kept\n'
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['fifo', 'hyp.txt', 'ref.txt', 'src.txt']  # no temporary
 
 
 def test_a_line_that_encodes_to_nothing_is_an_empty_input(model_parts):
