@@ -4,6 +4,7 @@ A FastmtError (bad input: a flag, a file, a work directory, a checkpoint) prints
 any other exception keeps its traceback, since it is a bug to report, not a user's mistake.
 """
 
+import atexit
 import errno
 import functools
 import importlib
@@ -104,9 +105,9 @@ def exit_on_user_error(main):
       sys.exit(f'{tool_name()}: error: {e}')
     except KeyboardInterrupt:  # Ctrl-C: a person's choice, not a bug (the output files are left as they were)
       exit_interrupted()
-    except _SignalExit:  # SIGTERM, SIGHUP: their status, nothing printed
+    except _SignalExit as e:  # SIGTERM, SIGHUP: their status, nothing printed
       _quiet_from_now_on()
-      raise
+      end_process(e.code)
     except BrokenPipeError:
       # The reader went away (`decode.py ... | head -1`): stop quietly, as a tool killed by SIGPIPE does.
       # stdout is pointed at /dev/null so that the interpreter's last flush raises nothing more.
@@ -131,7 +132,32 @@ def exit_interrupted() -> None:
   """Ends the tool after Ctrl-C: one line, status 130."""
   print(f'{tool_name()}: interrupted', file=sys.stderr)
   _quiet_from_now_on()
-  sys.exit(128 + signal.SIGINT)
+  end_process(128 + signal.SIGINT)
+
+
+def end_process(status: int) -> None:
+  """Ends the process with `status` once a tool's cleanups have run (its `finally` blocks, after Ctrl-C or a
+  termination signal), without the interpreter's teardown of the XLA client.
+
+  The signal can come while XLA compiles a program on its own threads (jaxlib's wait for a compile lets the
+  signal's exception out, and the compile goes on). jax's exit hook then destroyed the client under that
+  compile: the process crashed (SIGSEGV, status 139 where 143 or 130 was meant; fastmt-distill stopped while it
+  compiled a chunk's new shape, 2 times in 3). What the teardown does that matters is done here first, as the
+  interpreter does it: the threads that are not daemons are waited for (threading's own exit step, which first
+  tells the idle workers of thread pools to end), then the exit hooks run, jax's (clear_backends) left out,
+  which flushes the logs; then the standard streams are flushed."""
+  threading._shutdown()  # pylint: disable=protected-access  # what the interpreter's exit runs first
+  jax_api = sys.modules.get('jax._src.api')
+  if jax_api is not None and hasattr(jax_api, 'clean_up'):
+    atexit.unregister(jax_api.clean_up)
+  atexit._run_exitfuncs()  # pylint: disable=protected-access  # what the interpreter's exit would run
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      if stream is not None:
+        stream.flush()
+    except (OSError, ValueError):  # a closed pipe or file: nothing more can reach it
+      pass
+  os._exit(status)  # pylint: disable=protected-access
 
 
 class _SignalExit(SystemExit):
@@ -285,7 +311,7 @@ def run(main, define_flags=None, required=()):
     use_persistent_compilation_cache()
   except KeyboardInterrupt:
     exit_interrupted()
-  except _SignalExit:
+  except _SignalExit as e:
     _quiet_from_now_on()
-    raise
+    end_process(e.code)
   app.run(exit_on_user_error(main), flags_parser=parse_flags_or_exit)
