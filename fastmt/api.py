@@ -214,8 +214,15 @@ class TranslationModel:
     unknown = sorted(set(settings) - _SETTING_NAMES)
     if unknown:
       raise FastmtError(f'Unknown decoding settings {unknown}; known: {sorted(_SETTING_NAMES)}')
+    spec = DecodeSettings('spec', **settings)
+    # As translate() warns of them: beam_size with spec was taken without a word here
+    for message in registry.ignored_settings(spec, settings):
+      warnings.warn(message, stacklevel=_first_frame_outside_this_module())
+    if 'block_size' in settings:
+      warnings.warn(f'block_size={settings["block_size"]!r} has no effect with choose_width: it times the widths '
+                    f'{list(width.widths_for(spec.drafter))} and greedy', stacklevel=_first_frame_outside_this_module())
     candidates = {w: self._translator(s, clusters, draft_model if w > 1 else None)
-                  for w, s in width.candidate_settings(DecodeSettings('spec', **settings)).items()}
+                  for w, s in width.candidate_settings(spec).items()}
     return width.AutoWidthTranslator(candidates, calibration).width_for(batch_size)
 
   @staticmethod

@@ -20,6 +20,7 @@ import orbax.checkpoint as ocp
 from fastmt import cli, files, models, projection, workdir as workdir_lib
 from fastmt.data import corpus
 from fastmt.data.batching import pad_batch
+from fastmt.decoding import registry
 from fastmt import translate
 from fastmt.translate import DecodeSettings, Translator
 from fastmt.errors import FastmtError, MissingError
@@ -142,13 +143,19 @@ def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, 
     raise FastmtError('no source sentences to record decoder states from (an empty or blank input, or '
                       '--max_sentences 0)')
   model_config = workdir_lib.load_model_config(workdir)
+  objective = workdir_lib.load_objective(workdir)
+  try:  # before the checkpoint loads, and said as what it means here (fastmt-clusters has no --algorithm)
+    registry.check_objective('greedy', objective)
+  except FastmtError:
+    raise FastmtError(f'clusters are fitted to the decoder states of greedy decoding, which a model trained with '
+                      f'objective {objective!r} does not decode with (it decodes with '
+                      f'{registry.default_algorithm(objective)}): fastmt-clusters, and so the clustered projection, '
+                      'are for models greedy decodes') from None
   if top_k > model_config.vocab_size:  # jax.lax.top_k's traceback, after the decoding
     raise FastmtError(f'top_k {top_k} is above the vocabulary size {model_config.vocab_size}')
   params, step = workdir_lib.restore_params(workdir, model_config, checkpoint)
   tokenizer = workdir_lib.load_tokenizer(workdir)
-  # Greedy states: a model greedy cannot decode (an interleaved one) is a clear error here.
-  translator = Translator(model_config, params, tokenizer, DecodeSettings('greedy'),
-                          objective=workdir_lib.load_objective(workdir))
+  translator = Translator(model_config, params, tokenizer, DecodeSettings('greedy'), objective=objective)
   hidden, top = record_states(translator, sources, top_k)
   if len(hidden) < num_clusters:
     raise FastmtError(f'{len(sources)} sentences gave {len(hidden)} decoder states, fewer than --num_clusters '

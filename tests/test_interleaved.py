@@ -551,7 +551,23 @@ def test_decode_py_without_an_algorithm_translates_an_interleaved_model_with_ib(
                        '--progress=false', '--metrics_json', str(tmp_path / 'metrics.json')])
   assert result.returncode == 0, result.stderr
   assert (tmp_path / 'out').read_text(encoding='utf-8').splitlines() == fastmt.load(workdir).translate(texts)
-  assert json.loads((tmp_path / 'metrics.json').read_text())['settings']['algorithm'] == 'ib'
+  recorded = json.loads((tmp_path / 'metrics.json').read_text())['settings']
+  assert recorded['algorithm'] == 'ib'
+  # the model's own factorisation, read from its work directory (an IB and an IB+SA run both read null)
+  assert recorded['interleaving'] == {'directions': 2, 'words_per_direction': 2, 'positions': 'signed',
+                                      'mask': 'interleaved', 'direction_embeddings': False, 'start': 'slot'}
+
+
+@pytest.mark.xdist_group('interleaved_model')
+def test_clusters_of_an_interleaved_model_are_refused_as_what_they_are(interleaved_workdir):
+  """fastmt-clusters fits clusters to greedy's decoder states: for an interleaved model the refusal named
+  '--algorithm greedy', a flag fastmt-clusters does not have, and never said that clusters are not for it."""
+  from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
+  workdir, _ = interleaved_workdir
+  with pytest.raises(FastmtError, match=r"clusters are fitted to the decoder states of greedy decoding, which a model "
+                     r"trained with objective 'interleaved' does not decode with \(it decodes with ib\)") as error:
+    clusters_lib.build_for_workdir(workdir, 'en_de', ['God'], num_clusters=1, top_k=1)
+  assert '--algorithm' not in str(error.value)
 
 
 @pytest.mark.xdist_group('interleaved_model')

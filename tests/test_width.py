@@ -198,6 +198,15 @@ def test_the_library_and_decode_py_choose_a_width_and_translate_as_greedy(traine
   chosen = model.choose_width(batch_size=2, drafter='ngram')
   # The timed translators stay compiled in the model: translating at the chosen width builds nothing new.
   assert len(model._translators) == 1 + len(width.WIDTHS)  # pylint: disable=protected-access
+  # Settings spec ignores are warned of at the caller's line, as translate() does (they were taken without a
+  # word), and a block_size, which the timing chooses; the same translators are timed again.
+  with pytest.warns(UserWarning) as warned:
+    model.choose_width(batch_size=2, calibration=['God'], drafter='ngram', beam_size=4, block_size=3)
+  messages = [str(w.message) for w in warned]
+  assert any('beam_size has no effect with algorithm spec' in m for m in messages), messages
+  assert any('block_size=3 has no effect with choose_width' in m for m in messages), messages
+  assert all(w.filename == __file__ for w in warned)
+  assert len(model._translators) == 1 + len(width.WIDTHS)  # pylint: disable=protected-access
   at_chosen = dict(algorithm='spec', drafter='ngram', block_size=chosen) if chosen > 1 else dict(algorithm='greedy')
   model.translate(['God'], batch_size=2, **at_chosen)
   assert len(model._translators) == 1 + len(width.WIDTHS)  # pylint: disable=protected-access
@@ -224,6 +233,8 @@ def test_the_library_and_decode_py_choose_a_width_and_translate_as_greedy(traine
     result = subprocess.run([sys.executable, str(REPO / 'decode.py'), '--workdir', trained_workdir, '--input',
                              str(src), *flags], capture_output=True, text=True, cwd=REPO)
     assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr
+    # one message: it was a warning that --block_size did nothing, then this error caused by it
+    assert 'has no effect' not in result.stderr, result.stderr
 
 
 def test_the_bench_checks_spec_auto_at_batch_1_too(trained_workdir, tiny_config):

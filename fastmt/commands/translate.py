@@ -186,6 +186,14 @@ def _check_drafter_workdir(algorithm: str) -> None:
       raise FastmtError(f'--drafter_workdir: {e}') from None
 
 
+def _interleaving_record(settings) -> dict | None:
+  """The factorisation an interleaved model decoded with, as --metrics_json records it (its start ids, resolved
+  from the vocabulary, are not part of it); None for the other models."""
+  if settings.interleaving is None:
+    return None
+  return {k: v for k, v in dataclasses.asdict(settings.interleaving).items() if k != 'start_ids'}
+
+
 def main(argv):
   from fastmt import decode_lib  # pylint: disable=g-import-not-at-top
   from fastmt.translate import DecodeSettings  # pylint: disable=g-import-not-at-top
@@ -210,6 +218,8 @@ def main(argv):
                             chunk_size=FLAGS.chunk_size, nat_beam_size=FLAGS.nat_beam_size,
                             drafter=FLAGS.drafter, ngram_memory=FLAGS.ngram_memory, ngram_pool=FLAGS.ngram_pool,
                             max_repeats=FLAGS.max_repeats)
+  if auto_width:  # refused before the warnings: they said --block_size did nothing, then this refused it
+    width.candidate_settings(settings)
   _warn_of_unused_flags(settings)
   # What a warning said does nothing is left out of what decodes: greedy with --beam_size 400 was warned of, then
   # refused for that beam (larger than the vocabulary); --metrics_json records the settings that decoded.
@@ -271,7 +281,10 @@ def main(argv):
   if FLAGS.metrics_json:
     decode_lib.write_metrics_json(FLAGS.metrics_json, report,
                                   {'settings': {**dataclasses.asdict(settings),  # chunk_size 0: the model's, k
-                                                'chunk_size': translator.settings.chunk_size},
+                                                'chunk_size': translator.settings.chunk_size,
+                                                # the model's own (h, c), read from its work directory: an IB
+                                                # and an IB+SA run were both recorded as interleaving null
+                                                'interleaving': _interleaving_record(translator.settings)},
                                    'dtype': FLAGS.dtype, 'float32_kernel': translator.float32_kernel,
                                    'checkpoint': FLAGS.checkpoint, 'step': translator.checkpoint_step,
                                    'drafter_workdir': FLAGS.drafter_workdir,
