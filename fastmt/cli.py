@@ -130,7 +130,10 @@ def _quiet_from_now_on() -> None:
 
 def exit_interrupted() -> None:
   """Ends the tool after Ctrl-C: one line, status 130."""
-  print(f'{tool_name()}: interrupted', file=sys.stderr)
+  try:
+    print(f'{tool_name()}: interrupted', file=sys.stderr)
+  except (OSError, ValueError):  # a closed stderr: the status still says it
+    pass
   _quiet_from_now_on()
   end_process(128 + signal.SIGINT)
 
@@ -145,19 +148,26 @@ def end_process(status: int) -> None:
   compiled a chunk's new shape, 2 times in 3). What the teardown does that matters is done here first, as the
   interpreter does it: the threads that are not daemons are waited for (threading's own exit step, which first
   tells the idle workers of thread pools to end), then the exit hooks run, jax's (clear_backends) left out,
-  which flushes the logs; then the standard streams are flushed."""
-  threading._shutdown()  # pylint: disable=protected-access  # what the interpreter's exit runs first
+  which flushes the logs; a multi-host run's jax.distributed is shut down as that hook would; then the standard
+  streams are flushed. A second signal meanwhile (waiting for a thread) ends it at once, never through the
+  teardown."""
   jax_api = sys.modules.get('jax._src.api')
-  if jax_api is not None and hasattr(jax_api, 'clean_up'):
+  if jax_api is not None and hasattr(jax_api, 'clean_up'):  # first: a second signal must not reach it either
     atexit.unregister(jax_api.clean_up)
-  atexit._run_exitfuncs()  # pylint: disable=protected-access  # what the interpreter's exit would run
-  for stream in (sys.stdout, sys.stderr):
-    try:
-      if stream is not None:
-        stream.flush()
-    except (OSError, ValueError):  # a closed pipe or file: nothing more can reach it
-      pass
-  os._exit(status)  # pylint: disable=protected-access
+  try:
+    threading._shutdown()  # pylint: disable=protected-access  # what the interpreter's exit runs first
+    atexit._run_exitfuncs()  # pylint: disable=protected-access  # what the interpreter's exit would run
+    if jax_api is not None:  # clean_up's last step, without its clear_backends: other hosts are told
+      import jax  # pylint: disable=g-import-not-at-top
+      jax.distributed.shutdown()  # a no-op unless jax.distributed.initialize ran
+    for stream in (sys.stdout, sys.stderr):
+      try:
+        if stream is not None:
+          stream.flush()
+      except (OSError, ValueError):  # a closed pipe or file: nothing more can reach it
+        pass
+  finally:
+    os._exit(status)  # pylint: disable=protected-access
 
 
 class _SignalExit(SystemExit):

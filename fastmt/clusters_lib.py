@@ -147,6 +147,8 @@ def build_for_workdir(workdir: str, direction: str, sources, num_clusters: int, 
   try:  # before the checkpoint loads, and said as what it means here (fastmt-clusters has no --algorithm)
     registry.check_objective('greedy', objective)
   except FastmtError:
+    if registry.default_algorithm(objective) == 'greedy':  # an objective this process does not know (a plugin's
+      raise  # not imported): the registry's own message says what to import
     raise FastmtError(f'clusters are fitted to the decoder states of greedy decoding, which a model trained with '
                       f'objective {objective!r} does not decode with (it decodes with '
                       f'{registry.default_algorithm(objective)}): fastmt-clusters, and so the clustered projection, '

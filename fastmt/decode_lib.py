@@ -574,11 +574,11 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
   """decode.py's job: input file (or '-') -> output file (or '-'), in order, streamed; a report.
 
   Holds the hypotheses only when scoring (strings, not tensors) and the first speed_sentences sources. Paths are
-  checked first (check_paths), then the reference is read whole (a stream's length and UTF-8 checked against an
-  input file before any work). An output file is written through a temporary file beside it and takes its name
-  only when every line is translated and as many as the reference holds (replaced_on_success): a run that fails
-  part way (invalid UTF-8 on line 10,000 of stdin, Ctrl-C, an input stream longer than its reference) leaves an
-  existing output file as it was.
+  checked first (check_paths), then, with an input file, the reference is read whole (a stream's length and
+  UTF-8 checked before any work; with an input stream, after it). An output file is written through a temporary
+  file beside it and takes its name only when every line is translated and as many as the reference holds
+  (replaced_on_success): a run that fails part way (invalid UTF-8 on line 10,000 of stdin, Ctrl-C, an input
+  stream longer than its reference) leaves an existing output file as it was.
   """
   total = check_paths(input_path, output_path, reference_path, errors=input_errors)  # None for a stream
   check_bleu_tokenize(bleu_tokenize)
@@ -586,15 +586,22 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
     raise FastmtError(f'batch_size must be >= 1, got {batch_size}')
   reference_counts = InputCounts()
   references, unreachable = None, 0
-  if reference_path is not None:
-    # Read before any work: a reference from stdin or a pipe can be read only once, so check_paths could not
-    # count it or check its UTF-8; here both are checked against an input file before the first line decodes
-    # (a stdin reference of the wrong length used to fail only after the whole translation).
+
+  def read_references():
+    nonlocal references, unreachable
     references = read_input(reference_path, input_errors, reference_counts)
-    if total is not None and len(references) != total:
+    unreachable = warn_of_unreachable_references(references, translator.tokenizer, bleu_tokenize)
+
+  if reference_path is not None and total is not None:
+    # An input file: the reference is read before any work. From stdin or a pipe it can be read only once, so
+    # check_paths could not count it or check its UTF-8; both are checked here, before the first line decodes
+    # (a stdin reference of the wrong length used to fail only after the whole translation). An input stream's
+    # reference is read after it (below): two pipes fed one after the other by one writer, input first, would
+    # wait for each other, and a person or program feeding stdin waits for each line's translation.
+    read_references()
+    if len(references) != total:
       raise FastmtError(f'{input_path} has {total} lines but the reference {_stream_name(reference_path)} has '
                         f'{len(references)}')
-    unreachable = warn_of_unreachable_references(references, translator.tokenizer, bleu_tokenize)
   input_counts = InputCounts()
   lines = iter_lines(input_path, input_errors, input_counts)
   if tag_direction:
@@ -633,9 +640,9 @@ def translate_file(translator: Translator, input_path: str, output_path: str, re
                                                       keep=reference_path is not None, show_progress=show_progress,
                                                       stream=stream)
     out.flush()
-    if total is None and references is not None and len(references) != stats.sentences:  # an input stream's
-      # length is known only now: refused before the output file takes its name (a failed run leaves the file
-      # that was there)
+    if reference_path is not None and references is None:  # an input stream's: its length is known only now,
+      read_references()  # and a reference that fails (its length, its UTF-8) leaves the file that was there
+    if total is None and references is not None and len(references) != stats.sentences:
       raise FastmtError(f'{_stream_name(input_path)} had {stats.sentences} lines but the reference '
                         f'{_stream_name(reference_path)} has {len(references)}')
   if total is not None and stats.sentences != total:  # the translations of what was read are kept
@@ -765,4 +772,8 @@ def write_metrics_json(path: str, report: DecodeReport, extra: dict) -> None:
     return
   # Whole or not at all (a kill or a full disk mid-write left half a JSON that the next reader choked on); a
   # symbolic link stays a link to the file it names, as the output file's does.
-  files.write_whole(os.path.realpath(path), text)
+  try:
+    files.write_whole(os.path.realpath(path), text)
+  except PermissionError:  # a writable file in a directory that is not (no temporary file there): in place
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(text)

@@ -559,7 +559,7 @@ def test_decode_py_without_an_algorithm_translates_an_interleaved_model_with_ib(
 
 
 @pytest.mark.xdist_group('interleaved_model')
-def test_clusters_of_an_interleaved_model_are_refused_as_what_they_are(interleaved_workdir):
+def test_clusters_of_an_interleaved_model_are_refused_as_what_they_are(interleaved_workdir, tmp_path):
   """fastmt-clusters fits clusters to greedy's decoder states: for an interleaved model the refusal named
   '--algorithm greedy', a flag fastmt-clusters does not have, and never said that clusters are not for it."""
   from fastmt import clusters_lib  # pylint: disable=g-import-not-at-top
@@ -568,6 +568,14 @@ def test_clusters_of_an_interleaved_model_are_refused_as_what_they_are(interleav
                      r"trained with objective 'interleaved' does not decode with \(it decodes with ib\)") as error:
     clusters_lib.build_for_workdir(workdir, 'en_de', ['God'], num_clusters=1, top_k=1)
   assert '--algorithm' not in str(error.value)
+  # an objective this process does not know (its plugin not imported): the registry's message, which says so
+  import shutil  # pylint: disable=g-import-not-at-top
+  unknown = tmp_path / 'plugin_run'
+  unknown.mkdir()
+  shutil.copy(f'{workdir}/model_config.json', unknown)
+  (unknown / 'objective.json').write_text('{"objective": "someone_elses"}', encoding='utf-8')
+  with pytest.raises(FastmtError, match='needs the module that registers it imported first'):
+    clusters_lib.build_for_workdir(str(unknown), 'en_de', ['God'], num_clusters=1, top_k=1)
 
 
 @pytest.mark.xdist_group('interleaved_model')

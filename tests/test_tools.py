@@ -162,6 +162,7 @@ def test_a_signal_while_xla_compiles_ends_the_tool_with_its_status_not_a_crash(s
   teardown, after its cleanups, threads and other exit hooks, with the signal's status."""
   script = ('import atexit, os, signal, sys, threading\n'
             'from fastmt import cli\n'
+            'signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a test may inherit none)\n'
             'def main(argv):\n'
             '  import jax, jax.numpy as jnp\n'
             '  def f(x):\n'
@@ -184,6 +185,28 @@ def test_a_signal_while_xla_compiles_ends_the_tool_with_its_status_not_a_crash(s
   assert result.returncode == 128 + signum, result.stderr[-2000:]
   assert result.stdout == 'cleanup ran\nexit hook ran\n', result.stdout
   assert 'Fatal Python error' not in result.stderr, result.stderr[-2000:]
+
+
+def test_a_second_signal_while_the_tool_ends_never_reaches_jaxs_teardown(tmp_path):
+  """The first SIGTERM's ending waits for the threads that are not daemons; a second one meanwhile got out of it
+  and the interpreter's own exit ran jax's clear_backends after all (the crash of a compile still running)."""
+  mark = tmp_path / 'cleared'
+  script = ('import os, signal, sys, threading, time\n'
+            'from fastmt import cli\n'
+            'import jax._src.api as jax_api\n'
+            f'jax_api.clear_backends = lambda *a, **k: open({str(mark)!r}, "w").write("cleared")\n'
+            'def main(argv):\n'
+            '  import jax.numpy as jnp\n'
+            '  jnp.ones(2).block_until_ready()  # a backend: jax\'s exit hook would clear it\n'
+            '  threading.Thread(target=time.sleep, args=(3,)).start()  # not a daemon: the ending waits for it\n'
+            '  threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()  # the second, meanwhile\n'
+            '  os.kill(os.getpid(), signal.SIGTERM)\n'
+            '  time.sleep(30)\n'
+            'cli.run(main)\n')
+  result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, cwd=REPO, timeout=120,
+                          env={**os.environ, 'FASTMT_CACHE': str(tmp_path)})
+  assert result.returncode == 128 + signal.SIGTERM, result.stderr[-2000:]
+  assert not mark.exists(), 'jax\'s exit hook ran'
 
 
 def test_the_tools_keep_compiled_programs_in_fastmts_cache_unless_told_otherwise(tmp_path):

@@ -298,6 +298,11 @@ def test_metrics_json_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
   decode_lib.write_metrics_json(str(fifo), report, {'dtype': 'bfloat16'})
   reader.join(timeout=60)
   assert json.loads(read[0])['dtype'] == 'bfloat16' and fifo.exists() and not fifo.is_file()
+  # a writable file in a directory this process cannot write to (no temporary file there): written in place
+  with monkeypatch.context() as m:
+    m.setattr(decode_lib.files, 'write_whole', lambda *args: (_ for _ in ()).throw(PermissionError(13, 'denied')))
+    decode_lib.write_metrics_json(str(metrics), report, {'dtype': 'int8'})
+  assert json.loads(metrics.read_text(encoding='utf-8'))['dtype'] == 'int8'
 
 
 def test_scores_say_how_long_the_hypotheses_are_against_the_reference():
@@ -1262,6 +1267,21 @@ def test_a_reference_of_the_wrong_length_from_a_stream_is_refused_before_the_out
   writer.join(timeout=60)
   assert hyp.read_text(encoding='utf-8') == 'kept\n'
   assert sorted(p.name for p in tmp_path.iterdir()) == ['fifo', 'hyp.txt', 'ref.txt', 'src.txt']  # no temporary
+  # Two pipes fed one after the other by one writer, the input first (`cat a > src; cat b > ref`): the reference
+  # of an input stream is read after it, or each would wait for the other to be opened.
+  reference_fifo = tmp_path / 'ref_fifo'
+  os.mkfifo(reference_fifo)
+
+  def one_writer():
+    fifo.write_text('God\nlight\n', encoding='utf-8')
+    reference_fifo.write_text('Gott\nLicht\n', encoding='utf-8')
+  threading.Thread(target=one_writer, daemon=True).start()
+  finished = []
+  run = threading.Thread(target=lambda: finished.append(decode_lib.translate_file(
+      translator, str(fifo), str(hyp), str(reference_fifo), show_progress=False)), daemon=True)
+  run.start()
+  run.join(timeout=120)
+  assert finished and finished[0].sentences == 2 and finished[0].bleu is not None, 'the two pipes waited for each other'
 
 
 def test_a_line_that_encodes_to_nothing_is_an_empty_input(model_parts):
